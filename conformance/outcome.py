@@ -1,0 +1,47 @@
+"""The result of one cell: an outcome word, a detail a person can act on, and a duration."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+class Outcome(str, enum.Enum):
+    PASS = "pass"  # ran, and every compared value was bitwise equal
+    FAIL = "fail"  # ran, and the check found a difference
+    ERROR = "error"  # an exception on some rank (the originating rank's traceback first)
+    CRASH = "crash"  # a rank died: a signal or a non-zero exit
+    HANG = "hang"  # the cell outran its timeout; every rank's stack is in the detail
+    SKIP = "skip"  # cannot run in this environment (GPUs, ranks, API missing), with reason
+    UNSUPPORTED = "unsupported"  # not supported by design, with reason; never a pass
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """What one cell produced. Only built-in types, so it travels on an xdist report."""
+
+    id: str
+    axes: dict[str, Any]
+    outcome: Outcome
+    detail: str
+    duration_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["outcome"] = self.outcome.value
+        out["duration_s"] = round(self.duration_s, 3)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CellResult:
+        return cls(
+            id=data["id"],
+            axes=dict(data["axes"]),
+            outcome=Outcome(data["outcome"]),
+            detail=data["detail"],
+            duration_s=float(data["duration_s"]),
+        )

@@ -1,0 +1,51 @@
+"""The worlds of one pytest process: one live world per (backend, world size), started lazily."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from conformance.world.rank import CellFn
+from conformance.world.world import CellRun, World, WorldStartError
+
+
+class WorldPool:
+    def __init__(self, root: Path | None = None, *, start_timeout_s: float = 120.0) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="conformance-worlds-", dir=root))
+        self.start_timeout_s = start_timeout_s
+        self._worlds: dict[tuple[str, int], World] = {}
+        self.started = 0  # how many worlds this pool has started: a fresh one after each crash/hang
+
+    def world(self, backend: str, size: int) -> World:
+        key = (backend, size)
+        world = self._worlds.get(key)
+        if world is None or not world.alive:
+            world = World(backend, size, self.root, start_timeout_s=self.start_timeout_s).start()
+            self.started += 1
+            self._worlds[key] = world
+        return world
+
+    def run(self, backend: str, size: int, fn: CellFn, arg: Any, *, timeout_s: float, seed: int = 0) -> CellRun:
+        try:
+            world = self.world(backend, size)
+        except WorldStartError as exc:
+            return CellRun("error", detail=f"world could not start: {exc}")
+        run = world.run(fn, arg, timeout_s=timeout_s, seed=seed)
+        if not world.alive:
+            self._worlds.pop((backend, size), None)
+        return run
+
+    def close(self) -> None:
+        for world in self._worlds.values():
+            world.close()
+        self._worlds.clear()
+        import shutil
+
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> WorldPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

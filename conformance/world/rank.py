@@ -1,0 +1,164 @@
+"""The loop every rank of a world runs: take a cell, run it, send back its value or traceback.
+
+A rank process lives for many cells. Between cells it resets what a cell may have changed:
+seeds, sub-process-groups, grad mode, default dtype, working directory. After a cell in which
+any rank raised, the parent asks for a fresh default process group, so that a collective left
+half-done by one cell can never pair with one of the next.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import gc
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+CellFn = Callable[[Any, Any], Any]  # (RankContext, arg) -> picklable value
+
+
+@dataclass(frozen=True)
+class CellMessage:
+    fn: CellFn
+    arg: Any
+    cell_dir: str
+    seed: int
+    fresh_group: bool  # re-create the default process group before the cell
+
+
+@dataclass(frozen=True)
+class RankReply:
+    rank: int
+    ok: bool
+    value: Any
+    error: str  # formatted traceback when not ok
+    error_type: str
+    finished_at: float  # time.monotonic(), system-wide on Linux: orders errors across ranks
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this rank when the process that spawned it dies, so none is orphaned."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+def _reset_globals(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    torch.set_grad_enabled(True)
+    torch.set_default_dtype(torch.float32)
+
+
+def _destroy_subgroups() -> None:
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _world
+
+    default = dist.group.WORLD
+    for pg in list(_world.pg_map):
+        if pg is not default:
+            try:
+                dist.destroy_process_group(pg)
+            except Exception:
+                pass
+
+
+def _init_default_group(store: Any, generation: int, rank: int, size: int, backend: str, timeout_s: float) -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore(f"pg{generation}", store),
+        rank=rank,
+        world_size=size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+
+
+def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg_timeout_s: float) -> None:
+    """Run as `python -m conformance.world.rank`, in its own session, output to its log file."""
+    _die_with_parent()
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns interrupts and kills us
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(size))
+    sys.path[:] = conn.recv()  # the parent's import path: cell functions are pickled by reference
+
+    import torch
+    import torch.distributed as dist
+
+    from conformance.world.context import RankContext
+
+    torch.set_num_threads(1)
+    if backend == "nccl":
+        device = torch.device("cuda", rank % max(torch.cuda.device_count(), 1))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    store = dist.FileStore(store_path, size)
+    generation = 0
+    _init_default_group(store, generation, rank, size, backend, pg_timeout_s)
+    conn.send(("ready", rank, os.getpid()))
+
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            break
+        if msg is None:
+            break
+        assert isinstance(msg, CellMessage)
+        if msg.fresh_group:
+            generation += 1
+            _init_default_group(store, generation, rank, size, backend, pg_timeout_s)
+        _reset_globals(msg.seed)
+        ctx = RankContext(rank, size, backend, device, Path(msg.cell_dir), msg.seed)
+        cwd = os.getcwd()
+        print(f"--- cell in {msg.cell_dir}", flush=True)
+        try:
+            value = msg.fn(ctx, msg.arg)
+            reply = RankReply(rank, True, value, "", "", time.monotonic())
+        except BaseException as exc:  # noqa: BLE001 - every failure is a result
+            reply = RankReply(rank, False, None, traceback.format_exc(), type(exc).__name__, time.monotonic())
+            # Tear the default group down now: a peer blocked in a collective with this rank
+            # then fails at once instead of waiting for the timeout. The parent asks every
+            # rank for a fresh group before the next cell.
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        finally:
+            os.chdir(cwd)
+            _destroy_subgroups()
+            gc.collect()
+        try:
+            conn.send(reply)
+        except Exception as exc:  # an unpicklable value is an error of the cell, not of the world
+            conn.send(RankReply(rank, False, None, f"cell value could not be sent: {exc!r}", "PicklingError", time.monotonic()))
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+
+def main(argv: list[str]) -> None:
+    """Entry of `python -m conformance.world RANK SIZE BACKEND STORE FD PG_TIMEOUT_S`."""
+    from multiprocessing.connection import Connection
+
+    rank, size, backend, store_path, fd, pg_timeout_s = argv
+    rank_main(int(rank), int(size), backend, store_path, Connection(int(fd)), float(pg_timeout_s))

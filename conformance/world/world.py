@@ -1,0 +1,281 @@
+"""A world: N rank processes of one backend that serve many cells, and say how each ended.
+
+The parent sends a cell to every rank and waits on the ranks' pipes and process sentinels at
+once, so that whichever happens first is seen: all replies (ok or error), a rank dying
+(crash), or the timeout (hang). After a crash or a hang the world is killed whole and must
+not be used again; the pool starts a fresh one for the next cell.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from conformance.world.rank import CellFn, CellMessage, RankReply
+
+LOG_TAIL_CHARS = 4000
+
+
+class WorldStartError(RuntimeError):
+    """The world's ranks could not be started or did not rendezvous in time."""
+
+
+@dataclass(frozen=True)
+class CellRun:
+    """How a cell ended in the world. status: ok | error | crash | hang."""
+
+    status: str
+    values: list[Any] = field(default_factory=list)  # one per rank, when ok
+    detail: str = ""
+    duration_s: float = 0.0
+
+
+def describe_exit(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "is still running"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name} (exit code {exitcode})"
+    return f"exited with code {exitcode}"
+
+
+def _tail(text: str, limit: int = LOG_TAIL_CHARS) -> str:
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+class World:
+    def __init__(
+        self,
+        backend: str,
+        size: int,
+        root: Path | None = None,
+        *,
+        start_timeout_s: float = 120.0,
+        error_grace_s: float = 5.0,
+    ) -> None:
+        self.backend = backend
+        self.size = size
+        self.start_timeout_s = start_timeout_s
+        self.error_grace_s = error_grace_s
+        self.dir = Path(tempfile.mkdtemp(prefix=f"world-{backend}-w{size}-", dir=root))
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._conns: list[Connection] = []
+        self._cells = 0
+        self._fresh_group = False
+        self.alive = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def log_path(self, rank: int) -> Path:
+        return self.dir / f"rank{rank}.log"
+
+    def start(self, pg_timeout_s: float = 300.0) -> World:
+        store = self.dir / "filestore"
+        try:
+            for rank in range(self.size):
+                ours, theirs = socket.socketpair()
+                with open(self.log_path(rank), "ab") as log:
+                    proc = subprocess.Popen(
+                        [sys.executable, "-u", "-m", "conformance.world", str(rank), str(self.size),
+                         self.backend, str(store), str(theirs.fileno()), str(pg_timeout_s)],
+                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                        pass_fds=(theirs.fileno(),), start_new_session=True,
+                        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+                    )  # fmt: skip
+                theirs.close()
+                conn = Connection(ours.detach())
+                self._procs.append(proc)
+                self._conns.append(conn)
+                conn.send(list(sys.path))
+            self._await_ready()
+        except BaseException:
+            self.kill()
+            raise
+        self.alive = True
+        return self
+
+    def _await_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        pending = dict(enumerate(self._conns))
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorldStartError(
+                    f"{self.backend} world of {self.size} ranks did not rendezvous within "
+                    f"{self.start_timeout_s:.0f} s; ranks {sorted(pending)} never became ready"
+                    + self._logs_since({r: 0 for r in pending})
+                )
+            for obj in wait(list(pending.values()), timeout=left):
+                rank = self._conns.index(obj)  # type: ignore[arg-type]
+                try:
+                    obj.recv()  # type: ignore[union-attr]
+                except (EOFError, OSError):
+                    self._reap(rank)
+                    raise WorldStartError(
+                        f"rank {rank} {describe_exit(self._procs[rank].returncode)} while the "
+                        f"{self.backend} world of {self.size} ranks was starting"
+                        + self._logs_since({rank: 0})
+                    ) from None
+                del pending[rank]
+
+    def _reap(self, rank: int, timeout_s: float = 5.0) -> None:
+        try:
+            self._procs[rank].wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self) -> None:
+        """Stop the ranks politely, then make sure: no process of this world is left."""
+        if self.alive:
+            for conn in self._conns:
+                try:
+                    conn.send(None)
+                except OSError:
+                    pass
+            for rank in range(len(self._procs)):
+                self._reap(rank)
+        self.kill()
+
+    def kill(self) -> None:
+        for proc in self._procs:
+            for killer in (os.killpg, os.kill):
+                try:
+                    killer(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError, OSError):
+                    continue
+        for rank in range(len(self._procs)):
+            self._reap(rank, 10)
+        for conn in self._conns:
+            conn.close()
+        self._procs, self._conns = [], []
+        self.alive = False
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    # -- running a cell --------------------------------------------------------------------
+    def run(self, fn: CellFn, arg: Any, *, timeout_s: float, seed: int = 0) -> CellRun:
+        if not self.alive:
+            raise RuntimeError("this world was discarded; ask the pool for a fresh one")
+        self._cells += 1
+        cell_dir = self.dir / f"cell{self._cells}"
+        cell_dir.mkdir()
+        offsets = {r: self._log_size(r) for r in range(self.size)}
+        message = CellMessage(fn, arg, str(cell_dir), seed, self._fresh_group)
+        t0 = time.monotonic()
+        try:
+            for conn in self._conns:
+                conn.send(message)
+        except OSError:
+            pass  # a dead rank: its sentinel reports it below
+        run = self._collect(t0, timeout_s, offsets)
+        run = CellRun(run.status, run.values, run.detail, time.monotonic() - t0)
+        self._fresh_group = run.status != "ok"
+        if run.status in ("crash", "hang"):
+            self.kill()
+        else:
+            shutil.rmtree(cell_dir, ignore_errors=True)
+        return run
+
+    def _collect(self, t0: float, timeout_s: float, offsets: dict[int, int]) -> CellRun:
+        replies: dict[int, RankReply] = {}
+        deadline = t0 + timeout_s
+        first_error_at: float | None = None
+        while len(replies) < self.size:
+            limit = deadline if first_error_at is None else min(deadline, first_error_at + self.error_grace_s)
+            left = limit - time.monotonic()
+            if left <= 0:
+                break
+            pending = [c for r, c in enumerate(self._conns) if r not in replies]
+            for obj in wait(pending, timeout=left):  # a dead rank's socket reads as EOF
+                rank = self._conns.index(obj)  # type: ignore[arg-type]
+                try:
+                    reply = obj.recv()  # type: ignore[union-attr]
+                except (EOFError, OSError):
+                    return self._crash(rank, offsets)
+                replies[rank] = reply
+                if not reply.ok and first_error_at is None:
+                    first_error_at = time.monotonic()
+        # A rank may have died right after replying, or while another rank errored.
+        dead = [r for r, p in enumerate(self._procs) if p.poll() is not None]
+        if dead:
+            return self._crash(dead[0], offsets)
+        errors = sorted((r for r in replies.values() if not r.ok), key=lambda r: r.finished_at)
+        missing = [r for r in range(self.size) if r not in replies]
+        if errors:
+            return CellRun("error", detail=self._error_detail(errors, missing, offsets))
+        if missing:
+            return CellRun(
+                "hang",
+                detail=f"timed out after {timeout_s:g} s; ranks {missing} did not finish "
+                f"(ranks {sorted(replies)} did). Stacks of every unfinished rank:"
+                + self._dump_stacks(missing, offsets),
+            )
+        return CellRun("ok", values=[replies[r].value for r in range(self.size)])
+
+    def _error_detail(self, errors: list[RankReply], missing: list[int], offsets: dict[int, int]) -> str:
+        first, rest = errors[0], errors[1:]
+        lines = [f"rank {first.rank} raised {first.error_type} first:", first.error.rstrip()]
+        for other in rest:
+            lines += [f"--- then rank {other.rank} raised {other.error_type}:", _tail(other.error.rstrip(), 1500)]
+        text = "\n".join(lines)
+        if missing:
+            text += (
+                f"\n--- ranks {missing} did not finish within {self.error_grace_s:g} s after the error "
+                "(waiting in a collective?); their stacks:" + self._dump_stacks(missing, offsets)
+            )
+        return text
+
+    def _crash(self, rank: int, offsets: dict[int, int]) -> CellRun:
+        self._reap(rank)
+        others = [
+            f"rank {r} {describe_exit(p.returncode)}"
+            for r, p in enumerate(self._procs)
+            if r != rank and p.poll() not in (None, 0)
+        ]
+        detail = f"rank {rank} {describe_exit(self._procs[rank].returncode)}"
+        if others:
+            detail += "; also " + ", ".join(others)
+        return CellRun("crash", detail=detail + self._logs_since({rank: offsets[rank]}))
+
+    # -- logs --------------------------------------------------------------------------------
+    def _log_size(self, rank: int) -> int:
+        try:
+            return self.log_path(rank).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _logs_since(self, offsets: dict[int, int]) -> str:
+        out = []
+        for rank, offset in sorted(offsets.items()):
+            try:
+                with open(self.log_path(rank), errors="replace") as f:
+                    f.seek(offset)
+                    text = f.read().strip()
+            except FileNotFoundError:
+                text = ""
+            if text:
+                out.append(f"\n--- rank {rank} output:\n{_tail(text)}")
+        return "".join(out)
+
+    def _dump_stacks(self, ranks: list[int], offsets: dict[int, int]) -> str:
+        for rank in ranks:
+            try:
+                os.kill(self._procs[rank].pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        time.sleep(1.0)  # faulthandler writes from its signal handler; give it a moment
+        return self._logs_since({r: offsets[r] for r in ranks})

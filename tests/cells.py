@@ -1,0 +1,62 @@
+"""Cell functions that misbehave on purpose, to show the world reports each failure mode."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from conformance.world import RankContext
+
+
+def ok(ctx: RankContext, arg: Any) -> dict[str, Any]:
+    t = torch.tensor([float(ctx.rank)])
+    dist.all_reduce(t)
+    return {"rank": ctx.rank, "sum": t.item(), "seed": ctx.seed, "arg": arg}
+
+
+def exit_on_rank1(ctx: RankContext, arg: Any) -> None:
+    if ctx.rank == 1:
+        os._exit(3)
+    dist.barrier()
+
+
+def segfault_on_rank1(ctx: RankContext, arg: Any) -> None:
+    if ctx.rank == 1:
+        ctypes.string_at(0)  # a real SIGSEGV
+    dist.barrier()
+
+
+def skip_collective_on_rank1(ctx: RankContext, arg: Any) -> None:
+    if ctx.rank != 1:
+        dist.barrier()  # rank 1 never joins: rank 0 waits forever
+    else:
+        time.sleep(3600)
+
+
+def raise_on_rank1(ctx: RankContext, arg: Any) -> None:
+    if ctx.rank == 1:
+        time.sleep(0.2)
+        raise ValueError("rank one broke on purpose")
+    dist.barrier()  # rank 0 waits for rank 1, then fails on its own
+
+
+def leak_state(ctx: RankContext, arg: Any) -> dict[str, Any]:
+    """Changes every global a cell could change; the next cell must not see any of it."""
+    seen = {
+        "rand": torch.rand(1).item(),
+        "grad": torch.is_grad_enabled(),
+        "dtype": str(torch.get_default_dtype()),
+        "groups": len(dist.distributed_c10d._world.pg_map),
+        "cwd": os.getcwd(),
+    }
+    torch.manual_seed(12345)
+    torch.set_grad_enabled(False)
+    torch.set_default_dtype(torch.float64)
+    dist.new_group(list(range(ctx.world_size)))
+    os.chdir(str(ctx.cell_dir))
+    return seen
