@@ -138,8 +138,12 @@ def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg
         except BaseException as exc:  # noqa: BLE001 - every failure is a result
             reply = RankReply(rank, False, None, traceback.format_exc(), type(exc).__name__, time.monotonic())
             # Tear the default group down now: a peer blocked in a collective with this rank
-            # then fails at once instead of waiting for the timeout. The parent asks every
-            # rank for a fresh group before the next cell.
+            # then fails at once instead of waiting for the timeout. The traceback's frames
+            # hold the cell's models, which hold the group: free them first, or its sockets
+            # stay open. The parent asks every rank for a fresh group before the next cell.
+            traceback.clear_frames(exc.__traceback__)
+            del exc
+            gc.collect()
             if dist.is_initialized():
                 dist.destroy_process_group()
         finally:

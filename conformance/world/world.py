@@ -75,6 +75,7 @@ class World:
         self._conns: list[Connection] = []
         self._cells = 0
         self._fresh_group = False
+        self._unfinished = False
         self.alive = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -184,8 +185,8 @@ class World:
         run = self._collect(t0, timeout_s, offsets)
         run = CellRun(run.status, run.values, run.detail, time.monotonic() - t0)
         self._fresh_group = run.status != "ok"
-        if run.status in ("crash", "hang"):
-            self.kill()
+        if run.status in ("crash", "hang") or self._unfinished:
+            self.kill()  # a rank still inside the cell would pair its collectives with the next
         else:
             shutil.rmtree(cell_dir, ignore_errors=True)
         return run
@@ -215,6 +216,7 @@ class World:
             return self._crash(dead[0], offsets)
         errors = sorted((r for r in replies.values() if not r.ok), key=lambda r: r.finished_at)
         missing = [r for r in range(self.size) if r not in replies]
+        self._unfinished = bool(missing)
         if errors:
             return CellRun("error", detail=self._error_detail(errors, missing, offsets))
         if missing:

@@ -1,0 +1,120 @@
+"""The bitwise comparer: exact key sets, then per key: type, dtype, shape, and every bit.
+
+Floating tensors are compared through an integer view of their bits, which is stricter than
+torch.equal (it tells -0.0 from 0.0) and treats equal NaNs as equal. Non-tensor values must
+have the same type (a tuple that comes back as a list is reported as type drift) and equal
+values; floats compare by their bits too. Never allclose.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@dataclass(frozen=True)
+class Difference:
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}"
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().cpu().contiguous()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    if t.is_floating_point():
+        return t.view(_INT_VIEW[t.element_size()])
+    return t
+
+
+def _fmt(t: torch.Tensor) -> str:
+    return f"{t.dtype}, shape {tuple(t.shape)}"
+
+
+def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
+    out = []
+    for dim in reversed(shape):
+        out.append(flat % dim)
+        flat //= dim
+    return tuple(reversed(out))
+
+
+def compare_tensors(expected: torch.Tensor, actual: torch.Tensor) -> str | None:
+    """None when bitwise equal; else what differs, with the first differing index."""
+    if expected.dtype != actual.dtype:
+        return f"dtype differs: expected {_fmt(expected)}, got {_fmt(actual)}"
+    if expected.shape != actual.shape:
+        return f"shape differs: expected {_fmt(expected)}, got {_fmt(actual)}"
+    a, b = _bits(expected), _bits(actual)
+    if torch.equal(a, b):
+        return None
+    neq = a != b
+    if expected.is_complex():  # the bits of (real, imag) pairs: one element differs if either does
+        neq = neq.any(-1)
+    positions = neq.reshape(-1).nonzero()
+    first = int(positions[0])
+    idx = _index(first, expected.shape) if expected.dim() else ()
+    e_val = expected.detach().cpu().reshape(-1)[first].item()
+    a_val = actual.detach().cpu().reshape(-1)[first].item()
+    return (
+        f"values differ ({_fmt(expected)}): {len(positions)} of {expected.numel()} elements; "
+        f"first at index {idx}: expected {e_val!r}, got {a_val!r}"
+    )
+
+
+def _float_bits(x: float) -> bytes:
+    return struct.pack("<d", x)
+
+
+def compare_values(expected: Any, actual: Any, key: str = "") -> list[Difference]:
+    """Every difference between two values, recursing into dicts, lists and tuples."""
+    if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
+        if not (isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor)):
+            return [Difference(key, f"type differs: expected {type(expected).__name__}, got {type(actual).__name__}")]
+        message = compare_tensors(expected, actual)
+        return [Difference(key, message)] if message else []
+    if type(expected) is not type(actual):
+        return [
+            Difference(
+                key,
+                f"type drift: expected {type(expected).__name__} {expected!r}, "
+                f"got {type(actual).__name__} {actual!r}",
+            )
+        ]
+    if isinstance(expected, dict):
+        return compare_states(expected, actual, prefix=f"{key}." if key else "")
+    if isinstance(expected, (list, tuple)):
+        if len(expected) != len(actual):
+            return [Difference(key, f"length differs: expected {len(expected)}, got {len(actual)}")]
+        out: list[Difference] = []
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            out += compare_values(e, a, f"{key}[{i}]")
+        return out
+    if isinstance(expected, float):
+        same = _float_bits(expected) == _float_bits(actual) or (math.isnan(expected) and math.isnan(actual))
+    else:
+        same = expected == actual
+    return [] if same else [Difference(key, f"expected {expected!r}, got {actual!r}")]
+
+
+def compare_states(expected: dict[str, Any], actual: dict[str, Any], prefix: str = "") -> list[Difference]:
+    """Compare two flat or nested state dicts: missing keys, extra keys, then every value."""
+    out: list[Difference] = []
+    missing = sorted(set(expected) - set(actual), key=str)
+    extra = sorted(set(actual) - set(expected), key=str)
+    for key in missing:
+        out.append(Difference(f"{prefix}{key}", "missing after load"))
+    for key in extra:
+        out.append(Difference(f"{prefix}{key}", "unexpected key after load (not in the saved state)"))
+    for key in sorted(set(expected) & set(actual), key=str):
+        out += compare_values(expected[key], actual[key], f"{prefix}{key}")
+    return out

@@ -1,0 +1,109 @@
+"""The harness's own view of the training state, taken without the strategy under test.
+
+`local_state` reads each rank's raw pieces: the parameters as they live on the rank (FSDP1
+flat-parameter shards, the local tensor of FSDP2 DTensors, DDP replicas), every buffer, every
+optimizer state entry by parameter name, and every param_group hyperparameter.
+
+`full_state` gathers these to rank 0 with collectives of our own (never a state-dict API):
+DTensors through full_tensor(); FSDP1 shards by concatenating every rank's flat shard in
+rank order (the padded flat parameter); replicated values as rank 0's copy.
+
+Buffers are per rank under FSDP (BatchNorm running stats are not synced), so the full state
+holds rank 0's copy of every buffer, and each rank's own copy is compared in its local state.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from conformance.world import RankContext
+
+WRAPPER_SEGMENTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
+
+Snapshot = dict[str, Any]
+
+
+def clean_name(fqn: str) -> str:
+    """A parameter name without wrapper segments, for readable keys (e.g. fc1._flat_param)."""
+    for segment in WRAPPER_SEGMENTS:
+        fqn = fqn.replace(segment, "")
+    return fqn.removeprefix("module.")
+
+
+def _is_dtensor(t: Any) -> bool:
+    return type(t).__name__ == "DTensor"
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    if _is_dtensor(t):
+        t = t.to_local()  # type: ignore[attr-defined]
+    return t.detach().clone()
+
+
+def _raw_state(model: nn.Module, optim: torch.optim.Optimizer) -> Snapshot:
+    """Every state value as it lives on this rank (DTensors kept as DTensors)."""
+    names = {id(p): clean_name(n) for n, p in model.named_parameters()}
+    out: Snapshot = {}
+    for name, param in model.named_parameters():
+        out[f"param/{clean_name(name)}"] = param
+    for name, buf in model.named_buffers():
+        out[f"buffer/{clean_name(name)}"] = buf
+    for param, entries in optim.state.items():
+        pname = names.get(id(param), f"<unnamed parameter {tuple(param.shape)}>")
+        for key, value in entries.items():
+            out[f"optim/{pname}/{key}"] = value
+    for i, group in enumerate(optim.param_groups):
+        for key, value in group.items():
+            if key == "params":
+                value = [names.get(id(p), "<unnamed>") for p in value]
+            out[f"param_groups/{i}/{key}"] = value
+    return out
+
+
+def local_state(model: nn.Module, optim: torch.optim.Optimizer) -> Snapshot:
+    """This rank's pieces, copied (tensors to the CPU): safe to keep while training goes on."""
+    return {
+        k: _local(v).cpu() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+        for k, v in _raw_state(model, optim).items()
+    }
+
+
+def full_state(model: nn.Module, optim: torch.optim.Optimizer, ctx: RankContext, *, sharded: bool) -> Snapshot | None:
+    """The whole state, gathered on rank 0 (None on the other ranks). A collective.
+
+    sharded: whether plain (non-DTensor) parameters and optimizer tensors are shards of one
+    flat parameter (FSDP1 with a sharding strategy) rather than replicas.
+    """
+    raw = _raw_state(model, optim)
+    full: Snapshot = {}
+    pieces: Snapshot = {}
+    for key in sorted(raw):
+        value = raw[key]
+        if _is_dtensor(value):
+            full[key] = value.full_tensor().detach().cpu().clone()  # type: ignore[attr-defined]
+        elif isinstance(value, torch.Tensor):
+            pieces[key] = value.detach().cpu().clone()
+        else:
+            full[key] = copy.deepcopy(value)
+    gathered: list[Snapshot] | None = [{} for _ in range(ctx.world_size)] if ctx.rank == 0 else None
+    dist.gather_object(pieces, gathered, dst=0)
+    if gathered is None:
+        return None
+    for key, first in pieces.items():
+        shard = sharded and first.dim() > 0 and not key.startswith("buffer/")
+        if shard:
+            full[key] = torch.cat([g[key].reshape(-1) for g in gathered])
+        else:
+            full[key] = first  # replicated, a scalar (step), or a per-rank buffer: rank 0's copy
+    return full
+
+
+def count_elements(snapshot: Snapshot) -> tuple[int, int]:
+    """(tensor entries, elements) in a snapshot: shown in every pass detail."""
+    tensors = [v for v in snapshot.values() if isinstance(v, torch.Tensor)]
+    return len(tensors), sum(t.numel() for t in tensors)

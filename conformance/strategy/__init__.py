@@ -1,0 +1,10 @@
+"""The thing under test: a strategy wraps a model, saves model plus optimizer, loads them back.
+
+One protocol (`Strategy`); the built-in strategies are composed from three small parts, each
+with one job: a `Wrapper` (DDP, FSDP1, FSDP2), a `StateApi` (how the state dict is taken and
+put back), and a `Storage` (how it reaches the disk).
+"""
+
+from conformance.strategy.protocol import StateApi, Storage, Strategy, Wrapper
+
+__all__ = ["StateApi", "Storage", "Strategy", "Wrapper"]

@@ -1,0 +1,99 @@
+"""State-dict APIs: how model and optimizer state is taken and put back."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from conformance.strategy.protocol import StateDict
+from conformance.strategy.wrappers import unwrap
+
+
+@dataclass(frozen=True)
+class PlainStateDict:
+    """module.state_dict() and optimizer.state_dict(), as with DDP or no wrapper."""
+
+    def get(self, model: nn.Module, optim: torch.optim.Optimizer) -> StateDict:
+        return {"model": unwrap(model).state_dict(), "optim": optim.state_dict()}
+
+    def set(self, model: nn.Module, optim: torch.optim.Optimizer, state: StateDict) -> None:
+        unwrap(model).load_state_dict(state["model"])
+        optim.load_state_dict(state["optim"])
+
+
+@dataclass(frozen=True)
+class Fsdp1StateDict:
+    """FSDP1's state_dict_type context, plus FSDP.optim_state_dict / optim_state_dict_to_load."""
+
+    kind: str  # full | sharded | local
+    offload_to_cpu: bool = False
+    rank0_only: bool = False
+
+    def _context(self, model: nn.Module) -> AbstractContextManager[object]:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import StateDictType
+        from torch.distributed.fsdp import api as fsdp_api
+
+        if self.kind == "full":
+            return FSDP.state_dict_type(
+                model,
+                StateDictType.FULL_STATE_DICT,
+                fsdp_api.FullStateDictConfig(offload_to_cpu=self.offload_to_cpu, rank0_only=self.rank0_only),
+                fsdp_api.FullOptimStateDictConfig(offload_to_cpu=self.offload_to_cpu, rank0_only=self.rank0_only),
+            )
+        if self.kind == "sharded":
+            return FSDP.state_dict_type(
+                model,
+                StateDictType.SHARDED_STATE_DICT,
+                fsdp_api.ShardedStateDictConfig(offload_to_cpu=self.offload_to_cpu),
+                fsdp_api.ShardedOptimStateDictConfig(offload_to_cpu=self.offload_to_cpu),
+            )
+        if self.kind == "local":
+            return FSDP.state_dict_type(model, StateDictType.LOCAL_STATE_DICT)
+        raise ValueError(f"unknown FSDP1 state-dict kind {self.kind!r}")
+
+    def get(self, model: nn.Module, optim: torch.optim.Optimizer) -> StateDict:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        with self._context(model):
+            return {"model": model.state_dict(), "optim": FSDP.optim_state_dict(model, optim)}
+
+    def set(self, model: nn.Module, optim: torch.optim.Optimizer, state: StateDict) -> None:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        with self._context(model):
+            model.load_state_dict(state["model"])
+            optim.load_state_dict(FSDP.optim_state_dict_to_load(model, optim, state["optim"]))
+
+
+@dataclass(frozen=True)
+class DistributedStateDict:
+    """torch.distributed.checkpoint.state_dict: get_state_dict / set_state_dict."""
+
+    full_state_dict: bool
+    cpu_offload: bool = False
+
+    def _options(self):  # type: ignore[no-untyped-def]
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(full_state_dict=self.full_state_dict, cpu_offload=self.cpu_offload)
+
+    def get(self, model: nn.Module, optim: torch.optim.Optimizer) -> StateDict:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(model, optim, options=self._options())
+        return {"model": model_sd, "optim": optim_sd}
+
+    def set(self, model: nn.Module, optim: torch.optim.Optimizer, state: StateDict) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(
+            model,
+            optim,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optim"],
+            options=self._options(),
+        )
