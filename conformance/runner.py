@@ -8,6 +8,7 @@ import zlib
 import torch
 
 from conformance.case import Case
+from conformance.matrix import unsupported_reason
 from conformance.check.roundtrip import RoundTrip, StrategyFactory, run_roundtrip
 from conformance.outcome import CellResult, Outcome
 from conformance.strategy.builtin import builtin_strategy
@@ -64,9 +65,13 @@ def run_case(
     strategy_factory: StrategyFactory = builtin_strategy,
 ) -> CellResult:
     start = time.monotonic()
+    axes = {**case.axes(), "backend": backend}
+    reason = unsupported_reason(case)
+    if reason:
+        return CellResult(case.id, axes, Outcome.UNSUPPORTED, reason, 0.0)
     reason = environment_skip(case, backend)
     if reason:
-        return CellResult(case.id, case.axes(), Outcome.SKIP, reason, 0.0)
+        return CellResult(case.id, axes, Outcome.SKIP, reason, 0.0)
     run = pool.run(
         backend,
         case.world_size,
@@ -76,5 +81,4 @@ def run_case(
         seed=case_seed(case),
     )
     outcome, detail = _summarize(case, run)
-    axes = {**case.axes(), "backend": backend}
     return CellResult(case.id, axes, outcome, detail, time.monotonic() - start)

@@ -1,0 +1,174 @@
+"""The pytest plugin: options, markers, the matrix parameters, the worlds, and the reports.
+
+Registered through the `pytest11` entry point, and by the checkout's conftest.py. Results
+travel from xdist workers to the controller on each report's user_properties (plain built-in
+types only) and are written once, by the controller, at the end of the session.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from conformance.baseline import Expectation, load_baseline
+from conformance.case import API_KINDS, Case
+from conformance.check.roundtrip import StrategyFactory
+from conformance.matrix import PROFILES, cases
+from conformance.outcome import CellResult, Outcome
+from conformance.report.environment import environment
+from conformance.report.markdown import render_markdown
+from conformance.report.results import results_document, write_results
+from conformance.runner import resolve_backend, run_case
+from conformance.strategy.builtin import builtin_strategy
+from conformance.world import WorldPool
+
+PROPERTY = "conformance_cell"
+BASELINE_KEY = pytest.StashKey[dict[str, Expectation]]()
+KIND_MARKERS = sorted(set(API_KINDS.values()))
+WRAPPER_MARKERS = ["ddp", "fsdp1", "fsdp2"]
+FAILING = {Outcome.FAIL, Outcome.ERROR, Outcome.CRASH, Outcome.HANG}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("conformance", "checkpoint conformance matrix")
+    group.addoption(
+        "--matrix",
+        default="default",
+        choices=sorted(PROFILES),
+        help="matrix profile: " + "; ".join(f"{p.name}: {p.description}" for p in PROFILES.values()),
+    )
+    group.addoption("--case-timeout", type=float, default=60.0, help="seconds before a cell is a hang (default 60)")
+    group.addoption(
+        "--backend",
+        default="auto",
+        choices=["auto", "gloo", "nccl"],
+        help="process-group backend; auto: nccl where CUDA is available, else gloo",
+    )
+    group.addoption(
+        "--report-dir",
+        default=None,
+        help="where results.json and matrix.md go (default: reports/runs/<torch>-<backend>-<matrix>)",
+    )
+    group.addoption("--baseline", default=None, help="TOML file of known outcomes per cell id")
+    group.addoption("--world-start-timeout", type=float, default=120.0, help="seconds for a world to start")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for kind in KIND_MARKERS:
+        config.addinivalue_line("markers", f"{kind}: cells whose checkpoint holds {kind} state dicts")
+    for wrapper in WRAPPER_MARKERS:
+        config.addinivalue_line("markers", f"{wrapper}: cells that wrap the model with {wrapper}")
+    if config.getoption("case_timeout") <= 0:
+        raise pytest.UsageError("--case-timeout must be a positive number of seconds")
+    config.pluginmanager.register(ResultCollector(config), "conformance-results")
+    baseline = config.getoption("baseline")
+    try:
+        config.stash[BASELINE_KEY] = load_baseline(Path(baseline)) if baseline else {}
+    except (FileNotFoundError, ValueError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "matrix_case" not in metafunc.fixturenames:
+        return
+    params = [
+        pytest.param(case, id=case.id, marks=[getattr(pytest.mark, case.kind), getattr(pytest.mark, case.wrapper)])
+        for case in cases(metafunc.config.getoption("matrix"))
+    ]
+    metafunc.parametrize("matrix_case", params)
+
+
+@pytest.fixture(scope="session")
+def world_pool(pytestconfig: pytest.Config) -> Iterator[WorldPool]:
+    with WorldPool(start_timeout_s=pytestconfig.getoption("world_start_timeout")) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="session")
+def conformance_backend(pytestconfig: pytest.Config) -> str:
+    return resolve_backend(pytestconfig.getoption("backend"))
+
+
+@pytest.fixture
+def conformance_cell(
+    request: pytest.FixtureRequest, world_pool: WorldPool, conformance_backend: str
+) -> Callable[..., CellResult]:
+    """Run a case, record its result for the reports, and turn its outcome into pytest's."""
+
+    def run(case: Case, strategy_factory: StrategyFactory = builtin_strategy) -> CellResult:
+        result = run_case(
+            world_pool,
+            case,
+            backend=conformance_backend,
+            timeout_s=request.config.getoption("case_timeout"),
+            strategy_factory=strategy_factory,
+        )
+        request.node.user_properties.append((PROPERTY, result.to_json()))
+        _to_pytest(result, request.config.stash[BASELINE_KEY].get(result.id))
+        return result
+
+    return run
+
+
+def _to_pytest(result: CellResult, expected: Expectation | None) -> None:
+    if expected is not None and expected.outcome == result.outcome and result.outcome in FAILING:
+        pytest.xfail(f"known {result.outcome.value}: {expected.reason} {expected.link}".strip())
+    if expected is not None and expected.outcome in FAILING and result.outcome is Outcome.PASS:
+        warnings.warn(f"stale baseline entry: {result.id} was expected to {expected.outcome.value}, now passes", stacklevel=1)
+    if result.outcome in (Outcome.SKIP, Outcome.UNSUPPORTED):
+        pytest.skip(f"{result.outcome.value}: {result.detail}")
+    if result.outcome in FAILING:
+        pytest.fail(f"{result.outcome.value}: {result.detail}", pytrace=False)
+
+
+class ResultCollector:
+    """Gathers every cell's result (on the controller under xdist) and writes the reports."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.results: list[CellResult] = []
+        self.out: Path | None = None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name == PROPERTY and report.when == "call":
+                self.results.append(CellResult.from_json(value))
+
+    def report_dir(self, backend: str) -> Path:
+        option = self.config.getoption("report_dir")
+        if option:
+            return Path(option)
+        name = f"torch-{torch.__version__}-{backend}-{self.config.getoption('matrix')}"
+        return Path(self.config.rootpath) / "reports" / "runs" / re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(self.config, "workerinput") or not self.results:
+            return  # an xdist worker (the controller writes), or no cell ran
+        results = sorted(self.results, key=lambda r: r.id)
+        backend = resolve_backend(self.config.getoption("backend"))
+        env = environment(
+            backend=backend,
+            world_sizes=sorted({int(r.axes["world_size"]) for r in results}),
+            matrix=self.config.getoption("matrix"),
+            args=list(self.config.invocation_params.args),
+        )
+        self.out = self.report_dir(backend)
+        write_results(self.out / "results.json", results_document(env, results))
+        (self.out / "matrix.md").write_text(render_markdown(env, results))
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if not self.results or self.out is None:
+            return
+        counts: dict[str, int] = {}
+        for r in self.results:
+            counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
+        terminalreporter.section("conformance")
+        summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        terminalreporter.write_line(f"{len(self.results)} cells: {summary}")
+        terminalreporter.write_line(f"results: {self.out / 'results.json'}")
+        terminalreporter.write_line(f"matrix:  {self.out / 'matrix.md'}")

@@ -1,0 +1,50 @@
+"""Run metadata for results.json."""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import conformance
+
+
+def suite_commit() -> str | None:
+    root = Path(conformance.__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def environment(*, backend: str, world_sizes: list[int], matrix: str, args: list[str]) -> dict[str, Any]:
+    cuda = torch.cuda.is_available()
+    nccl = None
+    if cuda and torch.distributed.is_nccl_available():
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    return {
+        "suite_version": conformance.__version__,
+        "suite_commit": suite_commit(),
+        "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "torch_git": torch.version.git_version,
+        "cuda": torch.version.cuda if cuda else None,
+        "nccl": nccl,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "backend": backend,
+        "device": torch.cuda.get_device_name(0) if backend == "nccl" and cuda else "cpu",
+        "device_count": torch.cuda.device_count() if backend == "nccl" else 1,
+        "world_sizes": sorted(world_sizes),
+        "matrix": matrix,
+        "pytest_args": args,
+        "argv": sys.argv,
+    }
