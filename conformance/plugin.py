@@ -58,7 +58,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--world-start-timeout", type=float, default=120.0, help="seconds for a world to start")
 
 
+HYPOTHESIS_PROFILES = {
+    "ci": {"derandomize": True, "max_examples": 10},
+    "dev": {"max_examples": 50},
+    "thorough": {"max_examples": 500},
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before hypothesis's own plugin reads --hypothesis-profile
 def pytest_configure(config: pytest.Config) -> None:
+    from hypothesis import settings
+
+    for name, kwargs in HYPOTHESIS_PROFILES.items():
+        settings.register_profile(name, deadline=None, print_blob=True, **kwargs)  # type: ignore[arg-type]
+    if not config.getoption("hypothesis_profile", None):
+        settings.load_profile("dev")
     for kind in KIND_MARKERS:
         config.addinivalue_line("markers", f"{kind}: cells whose checkpoint holds {kind} state dicts")
     for wrapper in WRAPPER_MARKERS:

@@ -60,3 +60,7 @@ def leak_state(ctx: RankContext, arg: Any) -> dict[str, Any]:
     dist.new_group(list(range(ctx.world_size)))
     os.chdir(str(ctx.cell_dir))
     return seen
+
+
+def unpicklable(ctx: RankContext, arg: Any) -> Any:
+    return lambda: None

@@ -23,6 +23,11 @@ class Difference:
     key: str
     message: str
 
+    @property
+    def kind(self) -> str:
+        """missing, unexpected, values, dtype, shape, type, length or value: for summaries."""
+        return self.message.split(" ", 1)[0].split(":", 1)[0]
+
     def __str__(self) -> str:
         return f"{self.key}: {self.message}"
 
@@ -118,3 +123,14 @@ def compare_states(expected: dict[str, Any], actual: dict[str, Any], prefix: str
     for key in sorted(set(expected) & set(actual), key=str):
         out += compare_values(expected[key], actual[key], f"{prefix}{key}")
     return out
+
+
+def first_of_each_kind(differences: list[Difference]) -> list[Difference]:
+    """The same differences, the first of each kind moved to the front (so a report that
+    shows only the first few still shows every kind: missing keys and differing values)."""
+    seen: set[str] = set()
+    firsts, rest = [], []
+    for d in differences:
+        (rest if d.kind in seen else firsts).append(d)
+        seen.add(d.kind)
+    return firsts + rest

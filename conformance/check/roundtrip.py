@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from conformance.case import Case
-from conformance.check.compare import compare_states
+from conformance.check.compare import compare_states, first_of_each_kind
 from conformance.check.snapshot import Snapshot, count_elements, full_state, local_state
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.protocol import Strategy
@@ -88,8 +88,10 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     after_full = full_state(fresh, fresh_optim, ctx, sharded=sharded)
 
     if ctx.rank == 0:
-        failures = [f"full state: {d}" for d in compare_states(before_full, after_full)] + failures  # type: ignore[arg-type]
-    failures += [f"rank {ctx.rank} local state: {d}" for d in compare_states(before_local, after_local)]
+        full_diffs = first_of_each_kind(compare_states(before_full, after_full))  # type: ignore[arg-type]
+        failures = [f"full state: {d}" for d in full_diffs] + failures
+    local_diffs = first_of_each_kind(compare_states(before_local, after_local))
+    failures += [f"rank {ctx.rank} local state: {d}" for d in local_diffs]
     tensors, elements = count_elements(before_full if ctx.rank == 0 else before_local)  # type: ignore[arg-type]
     return {
         "rank": ctx.rank,

@@ -1,0 +1,141 @@
+"""Deliberately broken strategies, each reproducing a failure mode seen in real frameworks.
+
+Each is the built-in strategy with one thing done wrong, so the check that must catch it is
+the only thing that differs. Factories are module-level functions: cells pickle them by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from conformance.case import Case
+from conformance.strategy.builtin import builtin_strategy
+from conformance.strategy.protocol import Strategy
+from conformance.world import RankContext
+
+
+@dataclass
+class Delegating:
+    """The built-in strategy for the case; subclasses break one step."""
+
+    base: Strategy
+
+    def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
+        return self.base.wrap(model, ctx)
+
+    def save(self, model: nn.Module, optim: torch.optim.Optimizer, path: Path, ctx: RankContext) -> None:
+        self.base.save(model, optim, path, ctx)
+
+    def load(self, model: nn.Module, optim: torch.optim.Optimizer, path: Path, ctx: RankContext) -> None:
+        self.base.load(model, optim, path, ctx)
+
+
+class NoOpLoad(Delegating):
+    """Loading does nothing: the fresh model and optimizer stay as built."""
+
+    def load(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
+        pass
+
+
+class ForgetsOptimizer(Delegating):
+    """Only the model comes back: the optimizer is left fresh (state dropped)."""
+
+    def load(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.load(model, optim, path, ctx)
+        optim.state.clear()
+
+
+class ResetsStep(Delegating):
+    """The step counter restarts at zero after a resume."""
+
+    def load(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.load(model, optim, path, ctx)
+        for state in optim.state.values():
+            state["step"] = torch.zeros_like(state["step"])
+
+
+class DoublesLr(Delegating):
+    """A param_group hyperparameter is not restored as saved."""
+
+    def load(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.load(model, optim, path, ctx)
+        for group in optim.param_groups:
+            group["lr"] = group["lr"] * 2
+
+
+class CastsExpAvg(Delegating):
+    """Optimizer state comes back in another dtype (a bf16 checkpoint of fp32 state)."""
+
+    def load(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.load(model, optim, path, ctx)
+        for state in optim.state.values():
+            state["exp_avg"] = state["exp_avg"].to(torch.bfloat16)
+
+
+class NudgesOneElement(Delegating):
+    """One element of one parameter is off by one ulp after the load (only bitwise sees it)."""
+
+    def load(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.load(model, optim, path, ctx)
+        if ctx.rank == ctx.world_size - 1:
+            with torch.no_grad():
+                param = next(p for p in model.parameters() if p.numel() > 0)
+                local = param.to_local() if hasattr(param, "to_local") else param
+                flat = local.view(-1)
+                flat[0] = torch.nextafter(flat[0], torch.tensor(float("inf")))
+
+
+class SaveMutatesLiveState(Delegating):
+    """Saving zeroes the live optimizer state (e.g. an in-place offload that frees buffers)."""
+
+    def save(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.save(model, optim, path, ctx)
+        for state in optim.state.values():
+            state["exp_avg"].zero_()
+
+
+class OnlyRankZeroShard(Delegating):
+    """Every rank loads rank 0's per-rank file: the other ranks' shards are lost."""
+
+    def load(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
+        if ctx.rank != 0:
+            own, zero = path / f"rank{ctx.rank}.pt", path / "rank0.pt"
+            torch.distributed.barrier()
+            own.write_bytes(zero.read_bytes())
+        else:
+            torch.distributed.barrier()
+        self.base.load(model, optim, path, ctx)
+
+
+class ReturnsTrainedModel(Delegating):
+    """wrap() hands back the first model it wrapped: the 'fresh' model is the trained one."""
+
+    def wrap(self, model, ctx):  # type: ignore[no-untyped-def]
+        if not hasattr(self, "first"):
+            self.first = self.base.wrap(model, ctx)
+        return self.first
+
+
+def _factory(cls: type[Delegating], name: str):  # type: ignore[no-untyped-def]
+    """A module-level factory Case -> Strategy, picklable by its name in this module."""
+
+    def make(case: Case) -> Strategy:
+        return cls(builtin_strategy(case))
+
+    make.__name__ = make.__qualname__ = name
+    return make
+
+
+no_op_load = _factory(NoOpLoad, "no_op_load")
+forgets_optimizer = _factory(ForgetsOptimizer, "forgets_optimizer")
+resets_step = _factory(ResetsStep, "resets_step")
+doubles_lr = _factory(DoublesLr, "doubles_lr")
+casts_exp_avg = _factory(CastsExpAvg, "casts_exp_avg")
+nudges_one_element = _factory(NudgesOneElement, "nudges_one_element")
+save_mutates_live_state = _factory(SaveMutatesLiveState, "save_mutates_live_state")
+only_rank_zero_shard = _factory(OnlyRankZeroShard, "only_rank_zero_shard")
+returns_trained_model = _factory(ReturnsTrainedModel, "returns_trained_model")

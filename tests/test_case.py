@@ -1,0 +1,63 @@
+"""The case record and the matrix: readable stable ids, kinds as words, unsupported reasons."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from conformance.case import Case
+from conformance.matrix import PROFILES, cases, unsupported_reason
+
+
+def test_id_reads_as_the_axes() -> None:
+    case = Case("fsdp2", "shard", "dsd_sharded", "dcp", "adamw", "mlp", 2)
+    assert case.id == "fsdp2-dsd_sharded-dcp-adamw-mlp-w2"
+    fsdp1 = Case("fsdp1", "full_shard", "sd_local", "torch_save_per_rank", "adamw", "mlp", 4, "bf16")
+    assert fsdp1.id == "fsdp1_full_shard-sd_local-torch_save_per_rank-adamw-mlp-bf16-w4"
+
+
+def test_case_is_frozen_picklable_and_hashable() -> None:
+    case = Case("ddp", "replicate", "sd_full", "torch_save", "adamw", "mlp", 1)
+    assert pickle.loads(pickle.dumps(case)) == case
+    assert len({case, pickle.loads(pickle.dumps(case))}) == 1
+    with pytest.raises(AttributeError):
+        case.world_size = 2  # type: ignore[misc]
+
+
+def test_bad_axes_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="unknown state-dict API 'sd_bogus'"):
+        Case("ddp", "replicate", "sd_bogus", "torch_save", "adamw", "mlp", 1)
+    with pytest.raises(ValueError, match="world_size must be >= 1"):
+        Case("ddp", "replicate", "sd_full", "torch_save", "adamw", "mlp", 0)
+    with pytest.raises(ValueError, match="unknown matrix profile"):
+        cases("huge")
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_matrix_ids_unique_sorted_and_stable(profile: str) -> None:
+    first, second = cases(profile), cases(profile)
+    ids = [c.id for c in first]
+    assert ids == [c.id for c in second] == sorted(ids)
+    assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_sharded_word_selects_exactly_the_sharded_cells(profile: str) -> None:
+    for case in cases(profile):
+        assert ("sharded" in case.id) == (case.kind == "sharded"), case.id
+        assert case.kind in case.id
+
+
+def test_every_cell_carries_all_axes() -> None:
+    for case in cases("full"):
+        axes = case.axes()
+        assert set(axes) >= {"wrapper", "sharding", "api", "storage", "optimizer", "model", "precision", "world_size", "kind"}
+
+
+def test_unsupported_cells_are_declared_with_reasons() -> None:
+    sharded_one_file = Case("fsdp2", "shard", "dsd_sharded", "torch_save", "adamw", "mlp", 2)
+    assert "only this rank's part" in (unsupported_reason(sharded_one_file) or "")
+    assert unsupported_reason(Case("fsdp2", "shard", "dsd_sharded", "dcp", "adamw", "mlp", 2)) is None
+    runnable = [c for c in cases("default") if unsupported_reason(c) is None]
+    assert len(runnable) >= 10

@@ -1,0 +1,120 @@
+"""Worlds report crash, hang and error per cell, recover, isolate cells, and leave nothing behind."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from conformance.world import World, WorldPool
+from tests import cells
+
+TIMEOUT_S = 8.0
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[WorldPool]:
+    with WorldPool() as pool:
+        yield pool
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def assert_next_cell_passes_in_a_fresh_world(pool: WorldPool, old_pids: list[int]) -> None:
+    run = pool.run("gloo", 2, cells.ok, "after", timeout_s=TIMEOUT_S)
+    assert run.status == "ok", run.detail
+    assert [v["sum"] for v in run.values] == [1.0, 1.0]
+    assert not any(alive(pid) for pid in old_pids), "the discarded world left a process behind"
+    assert set(pool.world("gloo", 2).pids()).isdisjoint(old_pids)
+
+
+def test_ok_cell_reaches_every_rank(pool: WorldPool) -> None:
+    run = pool.run("gloo", 2, cells.ok, "x", timeout_s=TIMEOUT_S, seed=5)
+    assert run.status == "ok", run.detail
+    assert run.values == [
+        {"rank": 0, "sum": 1.0, "seed": 5, "arg": "x"},
+        {"rank": 1, "sum": 1.0, "seed": 5, "arg": "x"},
+    ]
+
+
+def test_exit_on_rank1_is_a_crash_naming_rank_and_code(pool: WorldPool) -> None:
+    pids = pool.world("gloo", 2).pids()
+    run = pool.run("gloo", 2, cells.exit_on_rank1, None, timeout_s=TIMEOUT_S)
+    assert run.status == "crash"
+    assert run.detail.startswith("rank 1 exited with code 3")
+    assert run.duration_s < TIMEOUT_S
+    assert_next_cell_passes_in_a_fresh_world(pool, pids)
+
+
+def test_segfault_on_rank1_is_a_crash_naming_the_signal(pool: WorldPool) -> None:
+    pids = pool.world("gloo", 2).pids()
+    run = pool.run("gloo", 2, cells.segfault_on_rank1, None, timeout_s=TIMEOUT_S)
+    assert run.status == "crash"
+    assert run.detail.startswith("rank 1 was killed by SIGSEGV (exit code -11)")
+    assert "Segmentation fault" in run.detail  # faulthandler's dump of the dying rank
+    assert "segfault_on_rank1" in run.detail
+    assert_next_cell_passes_in_a_fresh_world(pool, pids)
+
+
+def test_skipped_collective_is_a_hang_with_every_stack(pool: WorldPool) -> None:
+    pids = pool.world("gloo", 2).pids()
+    start = time.monotonic()
+    run = pool.run("gloo", 2, cells.skip_collective_on_rank1, None, timeout_s=3.0)
+    assert run.status == "hang"
+    assert time.monotonic() - start < 3.0 + 10  # the timeout, the stack dump, the kill
+    assert "timed out after 3 s" in run.detail
+    assert "--- rank 0 output:" in run.detail and "--- rank 1 output:" in run.detail
+    assert "in barrier" in run.detail  # rank 0's stack shows where it waits
+    assert_next_cell_passes_in_a_fresh_world(pool, pids)
+
+
+def test_error_on_rank1_comes_first_while_rank0_waits(pool: WorldPool) -> None:
+    run = pool.run("gloo", 2, cells.raise_on_rank1, None, timeout_s=TIMEOUT_S)
+    assert run.status == "error"
+    assert run.detail.startswith("rank 1 raised ValueError first:")
+    assert "rank one broke on purpose" in run.detail.split("--- then")[0]
+    assert run.duration_s < TIMEOUT_S
+    after = pool.run("gloo", 2, cells.ok, None, timeout_s=TIMEOUT_S)
+    assert after.status == "ok", after.detail
+
+
+def test_cells_are_isolated_from_each_other(pool: WorldPool) -> None:
+    first = pool.run("gloo", 2, cells.leak_state, None, timeout_s=TIMEOUT_S, seed=11)
+    second = pool.run("gloo", 2, cells.leak_state, None, timeout_s=TIMEOUT_S, seed=11)
+    assert first.status == second.status == "ok"
+    assert first.values == second.values  # same seed, grad mode, dtype, groups and cwd
+    assert first.values[0]["groups"] == 1  # the sub-group the first cell made is gone
+
+
+def test_world_of_one_rank(pool: WorldPool) -> None:
+    run = pool.run("gloo", 1, cells.ok, None, timeout_s=TIMEOUT_S)
+    assert run.status == "ok"
+    assert run.values[0]["sum"] == 0.0
+
+
+def test_closing_leaves_no_process_and_no_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    world = World("gloo", 2, tmp_path).start()
+    pids, directory = world.pids(), world.dir
+    assert world.run(cells.ok, None, timeout_s=TIMEOUT_S).status == "ok"
+    world.close()
+    assert not any(alive(pid) for pid in pids)
+    assert not directory.exists()  # FileStore and logs removed
+
+
+def test_unpicklable_cell_value_is_an_error_not_a_dead_world(pool: WorldPool) -> None:
+    run = pool.run("gloo", 2, cells.unpicklable, None, timeout_s=TIMEOUT_S)
+    assert run.status == "error"
+    assert "could not be sent" in run.detail
+    assert pool.run("gloo", 2, cells.ok, None, timeout_s=TIMEOUT_S).status == "ok"
