@@ -39,7 +39,7 @@ def load_baseline(path: Path) -> dict[str, Expectation]:
     out = {}
     for cell_id, entry in data.items():
         if not isinstance(entry, dict) or "outcome" not in entry:
-            raise ValueError(f"{path}: entry [{cell_id!r}] needs an outcome = \"...\" line")
+            raise ValueError(f'{path}: entry [{cell_id!r}] needs an outcome = "..." line')
         try:
             outcome = Outcome(entry["outcome"])
         except ValueError:

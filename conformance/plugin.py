@@ -42,7 +42,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=sorted(PROFILES),
         help="matrix profile: " + "; ".join(f"{p.name}: {p.description}" for p in PROFILES.values()),
     )
-    group.addoption("--case-timeout", type=float, default=60.0, help="seconds before a cell is a hang (default 60)")
+    group.addoption(
+        "--case-timeout",
+        type=float,
+        default=60.0,
+        help="seconds before a cell is a hang (default 60)",
+    )
     group.addoption(
         "--backend",
         default="auto",
@@ -91,7 +96,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "matrix_case" not in metafunc.fixturenames:
         return
     params = [
-        pytest.param(case, id=case.id, marks=[getattr(pytest.mark, case.kind), getattr(pytest.mark, case.wrapper)])
+        pytest.param(
+            case,
+            id=case.id,
+            marks=[getattr(pytest.mark, case.kind), getattr(pytest.mark, case.wrapper)],
+        )
         for case in cases(metafunc.config.getoption("matrix"))
     ]
     metafunc.parametrize("matrix_case", params)
@@ -133,7 +142,10 @@ def _to_pytest(result: CellResult, expected: Expectation | None) -> None:
     if expected is not None and expected.outcome == result.outcome and result.outcome in FAILING:
         pytest.xfail(f"known {result.outcome.value}: {expected.reason} {expected.link}".strip())
     if expected is not None and expected.outcome in FAILING and result.outcome is Outcome.PASS:
-        warnings.warn(f"stale baseline entry: {result.id} was expected to {expected.outcome.value}, now passes", stacklevel=1)
+        warnings.warn(
+            f"stale baseline entry: {result.id} was expected to {expected.outcome.value}, now passes",
+            stacklevel=1,
+        )
     if result.outcome in (Outcome.SKIP, Outcome.UNSUPPORTED):
         pytest.skip(f"{result.outcome.value}: {result.detail}")
     if result.outcome in FAILING:

@@ -8,8 +8,8 @@ import zlib
 import torch
 
 from conformance.case import Case
-from conformance.matrix import unsupported_reason
 from conformance.check.roundtrip import RoundTrip, StrategyFactory, run_roundtrip
+from conformance.matrix import unsupported_reason
 from conformance.outcome import CellResult, Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.world import CellRun, WorldPool

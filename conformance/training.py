@@ -51,14 +51,22 @@ def build_optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
     raise ValueError(f"unknown optimizer {name!r}; known: ['adamw']")
 
 
-def batch(seed: int, rank: int, step: int, in_features: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(
+    seed: int, rank: int, step: int, in_features: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed * 1_000_003 + rank * 1009 + step)
     x = torch.randn(BATCH, in_features, generator=gen)
     y = torch.randn(BATCH, 5, generator=gen)
     return x.to(device), y.to(device)
 
 
-def train(model: nn.Module, optim: torch.optim.Optimizer, ctx: RankContext, model_name: str, steps: int = TRAIN_STEPS) -> list[float]:
+def train(
+    model: nn.Module,
+    optim: torch.optim.Optimizer,
+    ctx: RankContext,
+    model_name: str,
+    steps: int = TRAIN_STEPS,
+) -> list[float]:
     """A few AdamW steps on per-rank batches; returns the per-step losses."""
     in_features = MODELS[model_name].in_features  # type: ignore[attr-defined]
     losses = []

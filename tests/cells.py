@@ -64,3 +64,10 @@ def leak_state(ctx: RankContext, arg: Any) -> dict[str, Any]:
 
 def unpicklable(ctx: RankContext, arg: Any) -> Any:
     return lambda: None
+
+
+class Unimportable:
+    """Pickles by reference to a module the ranks cannot import."""
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (__import__, ("no_such_module_anywhere",))

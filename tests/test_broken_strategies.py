@@ -30,7 +30,9 @@ def pool() -> Iterator[WorldPool]:
         yield pool
 
 
-@pytest.mark.parametrize("case", [FSDP2_SHARDED, FSDP1_SHARDED, FSDP1_LOCAL, FSDP1_FULL, DDP], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case", [FSDP2_SHARDED, FSDP1_SHARDED, FSDP1_LOCAL, FSDP1_FULL, DDP], ids=lambda c: c.id
+)
 def test_control_builtin_strategy_passes(pool: WorldPool, case: Case) -> None:
     result = run_case(pool, case, backend="gloo", timeout_s=60, strategy_factory=builtin_strategy)
     assert result.outcome is Outcome.PASS, result.detail
@@ -38,21 +40,61 @@ def test_control_builtin_strategy_passes(pool: WorldPool, case: Case) -> None:
 
 
 BROKEN: list[tuple[Callable[[Case], object], Case, Outcome, list[str]]] = [
-    (broken.no_op_load, FSDP2_SHARDED, Outcome.FAIL, ["full state: param/fc1.bias: values differ", "missing after load"]),
-    (broken.forgets_optimizer, FSDP1_FULL, Outcome.FAIL, ["optim/fc1._flat_param/exp_avg: missing after load"]),
+    (
+        broken.no_op_load,
+        FSDP2_SHARDED,
+        Outcome.FAIL,
+        ["full state: param/fc1.bias: values differ", "missing after load"],
+    ),
+    (
+        broken.forgets_optimizer,
+        FSDP1_FULL,
+        Outcome.FAIL,
+        ["optim/fc1._flat_param/exp_avg: missing after load"],
+    ),
     (broken.forgets_optimizer, DDP, Outcome.FAIL, ["optim/fc1.weight/exp_avg: missing after load"]),
-    (broken.resets_step, FSDP2_SHARDED, Outcome.FAIL, ["optim/fc1.weight/step: values differ", "got 0.0"]),
-    (broken.doubles_lr, FSDP1_SHARDED, Outcome.FAIL, ["param_groups/0/lr: expected 0.01, got 0.02"]),
+    (
+        broken.resets_step,
+        FSDP2_SHARDED,
+        Outcome.FAIL,
+        ["optim/fc1.weight/step: values differ", "got 0.0"],
+    ),
+    (
+        broken.doubles_lr,
+        FSDP1_SHARDED,
+        Outcome.FAIL,
+        ["param_groups/0/lr: expected 0.01, got 0.02"],
+    ),
     (broken.casts_exp_avg, DDP, Outcome.FAIL, ["exp_avg: dtype differs: expected torch.float32"]),
-    (broken.nudges_one_element, FSDP2_SHARDED, Outcome.FAIL, ["rank 1 local state: param/", "1 of"]),
+    (
+        broken.nudges_one_element,
+        FSDP2_SHARDED,
+        Outcome.FAIL,
+        ["rank 1 local state: param/", "1 of"],
+    ),
     (broken.nudges_one_element, FSDP1_SHARDED, Outcome.FAIL, ["full state: param/", "1 of"]),
     (broken.save_mutates_live_state, FSDP1_FULL, Outcome.FAIL, ["save changed the live state"]),
     # torch itself refuses another rank's shard, loudly; the error text is the cell's detail.
     # (A shard that loads silently with wrong values is nudges_one_element's case.)
-    (broken.only_rank_zero_shard, FSDP1_LOCAL, Outcome.ERROR, ["Local rank at save time was 0, but at load time was 1"]),
+    (
+        broken.only_rank_zero_shard,
+        FSDP1_LOCAL,
+        Outcome.ERROR,
+        ["Local rank at save time was 0, but at load time was 1"],
+    ),
     # Uneven DTensor shards: FSDP2 refuses rank 0's shard on rank 1, loudly.
-    (broken.only_rank_zero_shard, FSDP2_SHARDED, Outcome.ERROR, ["rank 1 raised RuntimeError first", "size of tensor a"]),
-    (broken.returns_trained_model, DDP, Outcome.ERROR, ["VacuousCheckError", "returned the trained model"]),
+    (
+        broken.only_rank_zero_shard,
+        FSDP2_SHARDED,
+        Outcome.ERROR,
+        ["rank 1 raised RuntimeError first", "size of tensor a"],
+    ),
+    (
+        broken.returns_trained_model,
+        DDP,
+        Outcome.ERROR,
+        ["VacuousCheckError", "returned the trained model"],
+    ),
 ]
 
 
@@ -62,7 +104,11 @@ BROKEN: list[tuple[Callable[[Case], object], Case, Outcome, list[str]]] = [
     ids=[f"{f.__name__}-{c.id}" for f, c, _, _ in BROKEN],
 )
 def test_broken_strategy_is_caught(
-    pool: WorldPool, factory: Callable[[Case], object], case: Case, outcome: Outcome, needles: list[str]
+    pool: WorldPool,
+    factory: Callable[[Case], object],
+    case: Case,
+    outcome: Outcome,
+    needles: list[str],
 ) -> None:
     result = run_case(pool, case, backend="gloo", timeout_s=60, strategy_factory=factory)  # type: ignore[arg-type]
     assert result.outcome is outcome, result.detail

@@ -52,7 +52,17 @@ def test_sharded_word_selects_exactly_the_sharded_cells(profile: str) -> None:
 def test_every_cell_carries_all_axes() -> None:
     for case in cases("full"):
         axes = case.axes()
-        assert set(axes) >= {"wrapper", "sharding", "api", "storage", "optimizer", "model", "precision", "world_size", "kind"}
+        assert set(axes) >= {
+            "wrapper",
+            "sharding",
+            "api",
+            "storage",
+            "optimizer",
+            "model",
+            "precision",
+            "world_size",
+            "kind",
+        }
 
 
 def test_unsupported_cells_are_declared_with_reasons() -> None:

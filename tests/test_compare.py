@@ -114,7 +114,9 @@ def test_negative_zero_differs_and_equal_nans_agree() -> None:
     assert compare_states({"lr": 0.0}, {"lr": -0.0}) != []
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.bool])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.bool]
+)
 def test_every_dtype_compares(dtype: torch.dtype) -> None:
     a = (torch.arange(6) % 2).to(dtype)
     assert compare_tensors(a, a.clone()) is None

@@ -118,3 +118,19 @@ def test_unpicklable_cell_value_is_an_error_not_a_dead_world(pool: WorldPool) ->
     assert run.status == "error"
     assert "could not be sent" in run.detail
     assert pool.run("gloo", 2, cells.ok, None, timeout_s=TIMEOUT_S).status == "ok"
+
+
+def test_cell_the_ranks_cannot_import_is_an_error(pool: WorldPool) -> None:
+    run = pool.run("gloo", 2, cells.ok, cells.Unimportable(), timeout_s=TIMEOUT_S)
+    assert run.status == "error"
+    assert "No module named 'no_such_module_anywhere'" in run.detail
+    assert pool.run("gloo", 2, cells.ok, None, timeout_s=TIMEOUT_S).status == "ok"
+
+
+def test_cell_function_in_main_is_refused_clearly(pool: WorldPool) -> None:
+    def local(ctx, arg):  # type: ignore[no-untyped-def]
+        return None
+
+    local.__module__ = "__main__"
+    with pytest.raises(ValueError, match="defined in __main__"):
+        pool.run("gloo", 2, local, None, timeout_s=TIMEOUT_S)

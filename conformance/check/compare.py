@@ -84,7 +84,12 @@ def compare_values(expected: Any, actual: Any, key: str = "") -> list[Difference
     """Every difference between two values, recursing into dicts, lists and tuples."""
     if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
         if not (isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor)):
-            return [Difference(key, f"type differs: expected {type(expected).__name__}, got {type(actual).__name__}")]
+            return [
+                Difference(
+                    key,
+                    f"type differs: expected {type(expected).__name__}, got {type(actual).__name__}",
+                )
+            ]
         message = compare_tensors(expected, actual)
         return [Difference(key, message)] if message else []
     if type(expected) is not type(actual):

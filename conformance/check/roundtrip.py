@@ -8,8 +8,9 @@ strategy's own state-dict code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from conformance.case import Case
 from conformance.check.compare import compare_states, first_of_each_kind
@@ -73,15 +74,22 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
 
     path = ctx.cell_dir / "checkpoint"
     strategy.save(model, optim, path, ctx)
-    failures = [f"rank {ctx.rank}: save changed the live state: {d}" for d in compare_states(before_local, local_state(model, optim))]
+    failures = [
+        f"rank {ctx.rank}: save changed the live state: {d}"
+        for d in compare_states(before_local, local_state(model, optim))
+    ]
 
     fresh = strategy.wrap(build_model(case.model, seed=ctx.seed + 1), ctx)
     fresh_optim = build_optimizer(case.optimizer, fresh)
     if fresh is model or fresh_optim is optim:
-        raise VacuousCheckError("the strategy returned the trained model again instead of wrapping the fresh one")
+        raise VacuousCheckError(
+            "the strategy returned the trained model again instead of wrapping the fresh one"
+        )
     fresh_full = full_state(fresh, fresh_optim, ctx, sharded=sharded)
     if ctx.rank == 0 and not _differs_somewhere(before_full, fresh_full):  # type: ignore[arg-type]
-        raise VacuousCheckError("the fresh model already equals the trained one: a load could not be told from no load")
+        raise VacuousCheckError(
+            "the fresh model already equals the trained one: a load could not be told from no load"
+        )
 
     strategy.load(fresh, fresh_optim, path, ctx)
     after_local = local_state(fresh, fresh_optim)

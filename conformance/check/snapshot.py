@@ -73,7 +73,9 @@ def local_state(model: nn.Module, optim: torch.optim.Optimizer) -> Snapshot:
     }
 
 
-def full_state(model: nn.Module, optim: torch.optim.Optimizer, ctx: RankContext, *, sharded: bool) -> Snapshot | None:
+def full_state(
+    model: nn.Module, optim: torch.optim.Optimizer, ctx: RankContext, *, sharded: bool
+) -> Snapshot | None:
     """The whole state, gathered on rank 0 (None on the other ranks). A collective.
 
     sharded: whether plain (non-DTensor) parameters and optimizer tensors are shards of one

@@ -29,7 +29,19 @@ LEGEND = (
 
 
 def _row_key(axes: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(str(axes[k]) for k in ("wrapper", "sharding", "api", "kind", "storage", "optimizer", "model", "precision"))
+    return tuple(
+        str(axes[k])
+        for k in (
+            "wrapper",
+            "sharding",
+            "api",
+            "kind",
+            "storage",
+            "optimizer",
+            "model",
+            "precision",
+        )
+    )
 
 
 def first_line(detail: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from conformance.case import Case
 from conformance.strategy.protocol import ComposedStrategy, StateApi, Storage, Strategy, Wrapper

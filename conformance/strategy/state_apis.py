@@ -42,7 +42,9 @@ class Fsdp1StateDict:
                 model,
                 StateDictType.FULL_STATE_DICT,
                 fsdp_api.FullStateDictConfig(offload_to_cpu=self.offload_to_cpu, rank0_only=self.rank0_only),
-                fsdp_api.FullOptimStateDictConfig(offload_to_cpu=self.offload_to_cpu, rank0_only=self.rank0_only),
+                fsdp_api.FullOptimStateDictConfig(
+                    offload_to_cpu=self.offload_to_cpu, rank0_only=self.rank0_only
+                ),
             )
         if self.kind == "sharded":
             return FSDP.state_dict_type(

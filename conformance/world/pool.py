@@ -26,7 +26,9 @@ class WorldPool:
             self._worlds[key] = world
         return world
 
-    def run(self, backend: str, size: int, fn: CellFn, arg: Any, *, timeout_s: float, seed: int = 0) -> CellRun:
+    def run(
+        self, backend: str, size: int, fn: CellFn, arg: Any, *, timeout_s: float, seed: int = 0
+    ) -> CellRun:
         try:
             world = self.world(backend, size)
         except WorldStartError as exc:

@@ -8,6 +8,7 @@ not be used again; the pool starts a fresh one for the next cell.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -132,19 +133,15 @@ class World:
                 del pending[rank]
 
     def _reap(self, rank: int, timeout_s: float = 5.0) -> None:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self._procs[rank].wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            pass
 
     def close(self) -> None:
         """Stop the ranks politely, then make sure: no process of this world is left."""
         if self.alive:
             for conn in self._conns:
-                try:
+                with contextlib.suppress(OSError):
                     conn.send(None)
-                except OSError:
-                    pass
             for rank in range(len(self._procs)):
                 self._reap(rank)
         self.kill()
@@ -171,6 +168,11 @@ class World:
     def run(self, fn: CellFn, arg: Any, *, timeout_s: float, seed: int = 0) -> CellRun:
         if not self.alive:
             raise RuntimeError("this world was discarded; ask the pool for a fresh one")
+        if getattr(fn, "__module__", None) == "__main__":
+            raise ValueError(
+                f"cell function {getattr(fn, '__qualname__', fn)!r} is defined in __main__; ranks "
+                "import cell functions by module name, so define it in an importable module"
+            )
         self._cells += 1
         cell_dir = self.dir / f"cell{self._cells}"
         cell_dir.mkdir()
@@ -232,7 +234,10 @@ class World:
         first, rest = errors[0], errors[1:]
         lines = [f"rank {first.rank} raised {first.error_type} first:", first.error.rstrip()]
         for other in rest:
-            lines += [f"--- then rank {other.rank} raised {other.error_type}:", _tail(other.error.rstrip(), 1500)]
+            lines += [
+                f"--- then rank {other.rank} raised {other.error_type}:",
+                _tail(other.error.rstrip(), 1500),
+            ]
         text = "\n".join(lines)
         if missing:
             text += (
@@ -275,9 +280,7 @@ class World:
 
     def _dump_stacks(self, ranks: list[int], offsets: dict[int, int]) -> str:
         for rank in ranks:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self._procs[rank].pid, signal.SIGUSR1)
-            except ProcessLookupError:
-                pass
         time.sleep(1.0)  # faulthandler writes from its signal handler; give it a moment
         return self._logs_since({r: offsets[r] for r in ranks})

@@ -1,0 +1,101 @@
+"""The plugin end to end, as a user runs it: pytest on cases/, then results.json and matrix.md."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cases(tmp_path: Path, *args: str, name: str = "run") -> tuple[int, dict[str, Any], str]:
+    out = tmp_path / name
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "cases",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--report-dir",
+            str(out),
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    results = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
+    return proc.returncode, results, proc.stdout + proc.stderr
+
+
+def outcomes(results: dict[str, Any]) -> dict[str, str]:
+    return {c["id"]: c["outcome"] for c in results["cells"]}
+
+
+def test_k_sharded_runs_only_sharded_cells_and_xdist_agrees(tmp_path: Path) -> None:
+    from conformance.matrix import cases
+
+    code0, serial, log0 = run_cases(tmp_path, "--matrix", "ci", "-k", "sharded", "-n", "0", name="serial")
+    code2, parallel, log2 = run_cases(tmp_path, "--matrix", "ci", "-k", "sharded", "-n", "2", name="xdist")
+    expected_ids = {c.id for c in cases("ci") if c.kind == "sharded"}
+    assert set(outcomes(serial)) == expected_ids, log0
+    assert outcomes(parallel) == outcomes(serial), log2
+    assert "pass" in outcomes(serial).values()
+    assert code0 == code2 == 0, log0 + log2
+    env = serial["environment"]
+    assert serial["schema"] == 1
+    assert env["backend"] == "gloo" and env["world_sizes"] == [2] and env["torch"]
+    for cell in serial["cells"]:
+        assert set(cell) == {"id", "axes", "outcome", "detail", "duration_s"}
+        assert cell["axes"]["kind"] == "sharded" and cell["detail"]
+    matrix = (tmp_path / "serial" / "matrix.md").read_text()
+    assert "| fsdp2 " in matrix and "unsupported" in matrix
+
+
+def test_known_failures_gate_and_later_cells_still_run(tmp_path: Path) -> None:
+    selection = [
+        "--matrix",
+        "ci",
+        "-k",
+        "sd_full_offload-torch_save-adamw or ddp-sd_full-torch_save-",
+    ]
+    code, results, log = run_cases(tmp_path, *selection, name="plain")
+    got = outcomes(results)
+    assert got["ddp-sd_full-torch_save-adamw-mlp-w2"] == "pass", log
+    offload = "fsdp1_full_shard-sd_full_offload-torch_save-adamw-mlp-w2"
+    assert got[offload] in ("crash", "error"), log  # a result, never the end of the run
+    assert code == 1
+    code, _, log = run_cases(
+        tmp_path, *selection, "--baseline", str(ROOT / "reports/baseline/ci.toml"), name="gated"
+    )
+    assert code == 0, log
+    assert "xfailed" in log
+
+
+def test_wrong_baseline_fails_the_run(tmp_path: Path) -> None:
+    baseline = tmp_path / "wrong.toml"
+    baseline.write_text('["ddp-sd_full-torch_save-adamw-mlp-w2"]\noutcome = "crash"\nreason = "made up"\n')
+    code, _, log = run_cases(
+        tmp_path, "--matrix", "ci", "-k", "ddp-sd_full-torch_save-", "--baseline", str(baseline)
+    )
+    assert code == 0 and "stale baseline entry" in log  # stale: reported, not a failure
+    baseline.write_text('["x"]\noutcome = "nope"\n')
+    code, _, log = run_cases(
+        tmp_path, "--matrix", "ci", "-k", "ddp-sd_full-torch_save-", "--baseline", str(baseline)
+    )
+    assert code == 4 and "is not one of" in log  # a usage error, clearly worded
+
+
+@pytest.mark.parametrize("option", ["--matrix=bogus", "--case-timeout=0"])
+def test_bad_options_are_usage_errors(tmp_path: Path, option: str) -> None:
+    code, _, log = run_cases(tmp_path, option, "--collect-only")
+    assert code in (2, 4), log
