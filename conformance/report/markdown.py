@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -44,12 +45,25 @@ def _row_key(axes: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
+
+
 def first_line(detail: str) -> str:
-    for line in detail.splitlines():
-        line = line.strip()
-        if line and not line.startswith(("Traceback", "rank ", "---", "File ")):
-            return line[:200]
-    return detail.strip().splitlines()[0][:200] if detail.strip() else ""
+    """The line of a detail a person reads first: the exception of the originating rank, the
+    first difference of a fail, or the crash's cause."""
+    lines = [line.strip() for line in detail.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    head = lines[0]
+    if head.startswith("rank ") and " raised " in head:
+        for line in lines[1:]:
+            if line.startswith("--- then"):
+                break
+            if _EXCEPTION_LINE.match(line):
+                return f"{head.split(' raised ')[0]}: {line}"[:240]
+    if head.endswith("differences after the round trip:") and len(lines) > 1:
+        return f"{head} {lines[1]}"[:240]
+    return head[:240]
 
 
 def render_markdown(environment: dict[str, Any], cells: list[CellResult]) -> str:
@@ -80,9 +94,19 @@ def render_markdown(environment: dict[str, Any], cells: list[CellResult]) -> str
         LEGEND,
         "",
     ]
-    others = [c for c in sorted(cells, key=lambda c: c.id) if c.outcome is not Outcome.PASS]
-    if others:
+    ordered = sorted(cells, key=lambda c: c.id)
+    problems = [c for c in ordered if c.outcome in (Outcome.FAIL, Outcome.ERROR, Outcome.CRASH, Outcome.HANG)]
+    if problems:
         lines += ["## Cells that did not pass", ""]
-        lines += [f"- `{c.id}`: {c.outcome.value}: {first_line(c.detail)}" for c in others]
+        lines += [f"- `{c.id}`: {c.outcome.value}: {first_line(c.detail)}" for c in problems]
+        lines.append("")
+    reasons: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for c in ordered:
+        if c.outcome in (Outcome.SKIP, Outcome.UNSUPPORTED):
+            reasons[(c.outcome.value, c.detail)].append(c.id)
+    if reasons:
+        lines += ["## Unsupported and skipped cells", ""]
+        for (outcome, reason), ids in sorted(reasons.items()):
+            lines.append(f"- {outcome} ({len(ids)} cells): {reason}")
         lines.append("")
     return "\n".join(lines)

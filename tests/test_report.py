@@ -1,0 +1,65 @@
+"""results.json and the Markdown matrix, from results alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conformance.outcome import CellResult, Outcome
+from conformance.report.markdown import first_line, render_markdown
+from conformance.report.results import read_results, results_document, write_results
+
+AXES = {
+    "wrapper": "fsdp2",
+    "sharding": "shard",
+    "api": "dsd_full",
+    "kind": "full",
+    "storage": "dcp",
+    "optimizer": "adamw",
+    "model": "mlp",
+    "precision": "fp32",
+}
+ENV = {"torch": "2.13.0", "backend": "gloo", "device": "cpu", "matrix": "ci"}
+
+
+def cell(ws: int, outcome: Outcome, detail: str) -> CellResult:
+    return CellResult(f"fsdp2-dsd_full-dcp-adamw-mlp-w{ws}", {**AXES, "world_size": ws}, outcome, detail, 0.5)
+
+
+ERROR_DETAIL = """rank 0 raised RuntimeError first:
+Traceback (most recent call last):
+  File "x.py", line 1, in f
+    value = msg.fn(ctx, msg.arg)
+RuntimeError: setStorage: out of bounds
+--- then rank 1 raised RuntimeError:
+RuntimeError: Connection closed by peer"""
+
+
+def test_results_round_trip_through_json(tmp_path: Path) -> None:
+    cells = [cell(2, Outcome.FAIL, "x"), cell(1, Outcome.PASS, "ok")]
+    write_results(tmp_path / "results.json", results_document(ENV, cells))
+    env, back = read_results(tmp_path / "results.json")
+    assert env == ENV
+    assert [c.id for c in back] == sorted(c.id for c in cells)
+    assert {c.outcome for c in back} == {Outcome.FAIL, Outcome.PASS}
+
+
+def test_first_line_is_what_a_person_reads_first() -> None:
+    assert first_line(ERROR_DETAIL) == "rank 0: RuntimeError: setStorage: out of bounds"
+    fail = "3 differences after the round trip:\nfull state: param_groups/0/betas: type drift"
+    assert (
+        first_line(fail) == "3 differences after the round trip: full state: param_groups/0/betas: type drift"
+    )
+    assert first_line("rank 1 was killed by SIGSEGV (exit code -11)\n--- rank 1 output:") == (
+        "rank 1 was killed by SIGSEGV (exit code -11)"
+    )
+
+
+def test_markdown_has_a_column_per_world_size_and_lists_non_passes() -> None:
+    text = render_markdown(
+        ENV,
+        [cell(1, Outcome.PASS, "bitwise equal"), cell(2, Outcome.ERROR, ERROR_DETAIL)],
+    )
+    assert "| w1 " in text and "| w2 " in text
+    assert "**ERROR**" in text
+    assert "- `fsdp2-dsd_full-dcp-adamw-mlp-w2`: error: rank 0: RuntimeError: setStorage" in text
+    assert "never a pass" in text  # the legend says what unsupported means
