@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 
+from tests.procs import alive
+
 ROOT = Path(__file__).resolve().parent.parent
+PYTEST_CASES = [sys.executable, "-m", "pytest", "cases", "-q", "-p", "no:cacheprovider"]
 
 
 def run_cases(tmp_path: Path, *args: str, name: str = "run") -> tuple[int, dict[str, Any], str]:
@@ -99,3 +102,36 @@ def test_wrong_baseline_fails_the_run(tmp_path: Path) -> None:
 def test_bad_options_are_usage_errors(tmp_path: Path, option: str) -> None:
     code, _, log = run_cases(tmp_path, option, "--collect-only")
     assert code in (2, 4), log
+
+
+def rank_pids_of(parent: int) -> list[int]:
+    out = subprocess.run(
+        ["pgrep", "-P", str(parent), "-f", "conformance._rank_entry"], capture_output=True, text=True
+    )
+    return [int(p) for p in out.stdout.split()]
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGKILL"])
+def test_interrupted_run_leaves_no_rank_behind(tmp_path: Path, signal_name: str) -> None:
+    import os
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [*PYTEST_CASES, "--matrix", "ci", "--report-dir", str(tmp_path / "run")],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )
+    ranks: list[int] = []
+    deadline = time.monotonic() + 120
+    while not ranks and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        ranks = rank_pids_of(proc.pid)
+    assert ranks, "no world started"
+    os.kill(proc.pid, getattr(signal, signal_name))
+    proc.wait(60)
+    time.sleep(2)
+    left = [pid for pid in ranks if alive(pid)]
+    assert left == [], f"rank processes left after {signal_name}: {left}"

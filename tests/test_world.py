@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 
@@ -10,6 +9,7 @@ import pytest
 
 from conformance.world import World, WorldPool
 from tests import cells
+from tests.procs import alive
 
 TIMEOUT_S = 8.0
 
@@ -18,18 +18,6 @@ TIMEOUT_S = 8.0
 def pool() -> Iterator[WorldPool]:
     with WorldPool() as pool:
         yield pool
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def assert_next_cell_passes_in_a_fresh_world(pool: WorldPool, old_pids: list[int]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,6 @@ class WorldPool:
         for world in self._worlds.values():
             world.close()
         self._worlds.clear()
-        import shutil
-
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> WorldPool:

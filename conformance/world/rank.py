@@ -9,7 +9,6 @@ half-done by one cell can never pair with one of the next.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import faulthandler
 import gc
 import os
@@ -45,16 +44,6 @@ class RankReply:
     error: str  # formatted traceback when not ok
     error_type: str
     finished_at: float  # time.monotonic(), system-wide on Linux: orders errors across ranks
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this rank when the process that spawned it dies, so none is orphaned."""
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
 
 
 def _reset_globals(seed: int) -> None:
@@ -96,8 +85,7 @@ def _init_default_group(
 
 
 def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg_timeout_s: float) -> None:
-    """Run as `python -m conformance.world.rank`, in its own session, output to its log file."""
-    _die_with_parent()
+    """Run by conformance._rank_entry, in its own session, output to its log file."""
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns interrupts and kills us
@@ -186,7 +174,7 @@ def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg
 
 
 def main(argv: list[str]) -> None:
-    """Entry of `python -m conformance.world RANK SIZE BACKEND STORE FD PG_TIMEOUT_S`."""
+    """Entry of a rank (after conformance._rank_entry): RANK SIZE BACKEND STORE FD PG_TIMEOUT_S."""
     from multiprocessing.connection import Connection
 
     rank, size, backend, store_path, fd, pg_timeout_s = argv

@@ -1,9 +1,9 @@
 """A world: N rank processes of one backend that serve many cells, and say how each ended.
 
-The parent sends a cell to every rank and waits on the ranks' pipes and process sentinels at
-once, so that whichever happens first is seen: all replies (ok or error), a rank dying
-(crash), or the timeout (hang). After a crash or a hang the world is killed whole and must
-not be used again; the pool starts a fresh one for the next cell.
+The parent sends a cell to every rank and waits on every rank's socket at once, so that
+whichever happens first is seen: all replies (ok or error), a rank dying (its socket reads
+as end-of-file: crash), or the timeout (hang). After a crash or a hang the world is killed
+whole and must not be used again; the pool starts a fresh one for the next cell.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class World:
                 ours, theirs = socket.socketpair()
                 with open(self.log_path(rank), "ab") as log:
                     proc = subprocess.Popen(
-                        [sys.executable, "-u", "-m", "conformance.world", str(rank), str(self.size),
+                        [sys.executable, "-u", "-m", "conformance._rank_entry", str(os.getpid()), str(rank), str(self.size),
                          self.backend, str(store), str(theirs.fileno()), str(pg_timeout_s)],
                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                         pass_fds=(theirs.fileno(),), start_new_session=True,
@@ -183,7 +183,7 @@ class World:
             for conn in self._conns:
                 conn.send(message)
         except OSError:
-            pass  # a dead rank: its sentinel reports it below
+            pass  # a dead rank: its socket reads as EOF below, a crash
         run = self._collect(t0, timeout_s, offsets)
         run = CellRun(run.status, run.values, run.detail, time.monotonic() - t0)
         self._fresh_group = run.status != "ok"

@@ -1,0 +1,27 @@
+"""Entry of a rank process: `python -m conformance._rank_entry PARENT_PID RANK SIZE ...`.
+
+Outside the `conformance.world` package on purpose: importing that package imports torch
+(seconds), and the rank must ask to die with its parent before anything slow happens, or a
+parent killed meanwhile leaves it orphaned.
+"""
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:  # the parent died before the prctl above
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    _die_with_parent(int(sys.argv[1]))
+    from conformance.world.rank import main
+
+    main(sys.argv[2:])
