@@ -6,6 +6,8 @@
 
 A cell whose outcome equals its entry is reported as xfail with the reason; a cell listed
 with a non-pass outcome that now passes is reported as stale (a warning, not a failure).
+`--update-baseline` writes the file from a run: every cell that did not pass, with the first
+line of its detail as the reason.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.outcome import Outcome
+from conformance.outcome import CellResult, Outcome
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -48,3 +50,23 @@ def load_baseline(path: Path) -> dict[str, Expectation]:
             ) from None
         out[cell_id] = Expectation(outcome, str(entry.get("reason", "")), str(entry.get("link", "")))
     return out
+
+
+def _toml_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+
+
+def render_baseline(results: list[CellResult], header: str) -> str:
+    """A baseline TOML of every cell that failed, errored, crashed or hung in a run."""
+    from conformance.report.markdown import first_line
+
+    lines = [f"# {line}".rstrip() for line in header.splitlines()]
+    for result in sorted(results, key=lambda r: r.id):
+        if result.outcome in (Outcome.FAIL, Outcome.ERROR, Outcome.CRASH, Outcome.HANG):
+            lines += [
+                "",
+                f"[{_toml_string(result.id)}]",
+                f"outcome = {_toml_string(result.outcome.value)}",
+                f"reason = {_toml_string(first_line(result.detail))}",
+            ]
+    return "\n".join(lines) + "\n"

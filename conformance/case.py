@@ -7,16 +7,27 @@ from dataclasses import asdict, dataclass, field
 # The state-dict kind of every API token. The kind is a word of every id, so that
 # `pytest -k sharded` selects exactly the sharded cells.
 API_KINDS: dict[str, str] = {
-    "sd_full": "full",
-    "sd_full_offload": "full",
+    # module.state_dict() (under FSDP1's state_dict_type) + FSDP.optim_state_dict
+    "sd_full": "full",  # FULL_STATE_DICT, rank0_only=False, offload_to_cpu=False
+    "sd_full_rank0": "full",  # rank0_only=True
+    "sd_full_offload": "full",  # offload_to_cpu=True
+    "sd_full_offload_rank0": "full",  # both: the FSDP tutorial's recipe
     "sd_sharded": "sharded",
     "sd_local": "local",
+    # FSDP1's older optimizer functions
+    "legacy_full_scatter": "full",  # full_optim_state_dict -> scatter_full_optim_state_dict
+    "legacy_full_shard": "full",  # full_optim_state_dict -> shard_full_optim_state_dict
+    "legacy_sharded": "sharded",  # sharded_optim_state_dict -> flatten_sharded_optim_state_dict
+    # torch.distributed.checkpoint.state_dict get_state_dict / set_state_dict
     "dsd_full": "full",
+    "dsd_full_offload": "full",  # cpu_offload=True
+    "dsd_full_bcast": "full",  # cpu_offload=True, broadcast_from_rank0 on load
     "dsd_sharded": "sharded",
+    "dsd_sharded_offload": "sharded",
 }
 
-# Axis values that are the default of their wrapper are left out of the id to keep it short;
-# they are still in `axes()` and in results.json.
+# Axis values that are the default of their wrapper family are left out of the id to keep it
+# short; they are still in `axes()` and in results.json.
 DEFAULT_SHARDING: dict[str, str] = {"ddp": "replicate", "fsdp2": "shard"}
 DEFAULT_PRECISION = "fp32"
 
@@ -25,11 +36,11 @@ DEFAULT_PRECISION = "fp32"
 class Case:
     """The axes of one cell. Field order is the sort order of the matrix."""
 
-    wrapper: str  # ddp | fsdp1 | fsdp2
-    sharding: str  # replicate (ddp) | full_shard, ... (fsdp1) | shard (fsdp2)
+    wrapper: str  # ddp | fsdp1 | fsdp1+orig | fsdp2 | fsdp2+noreshard (family+option)
+    sharding: str  # replicate (ddp) | full_shard, ..., hybrid_shard (fsdp1) | shard, hsdp (fsdp2)
     api: str  # a key of API_KINDS
     storage: str  # torch_save | torch_save_per_rank | dcp
-    optimizer: str  # adamw
+    optimizer: str  # sgd | adam | adamw | adamw+groups | adamw+sched
     model: str  # mlp
     world_size: int
     precision: str = DEFAULT_PRECISION
@@ -47,10 +58,16 @@ class Case:
         return API_KINDS[self.api]
 
     @property
+    def family(self) -> str:
+        """ddp, fsdp1 or fsdp2: the wrapper without its option."""
+        return self.wrapper.split("+", 1)[0]
+
+    @property
     def wrapper_token(self) -> str:
-        if DEFAULT_SHARDING.get(self.wrapper) == self.sharding:
-            return self.wrapper
-        return f"{self.wrapper}_{self.sharding}"
+        """family[_sharding][+option], e.g. fsdp1_full_shard+orig, fsdp2_hsdp+noreshard."""
+        family, _, option = self.wrapper.partition("+")
+        token = family if DEFAULT_SHARDING.get(family) == self.sharding else f"{family}_{self.sharding}"
+        return f"{token}+{option}" if option else token
 
     @property
     def id(self) -> str:
@@ -65,4 +82,5 @@ class Case:
         """Every axis, plus the derived state-dict kind, as plain JSON-able values."""
         out: dict[str, str | int] = asdict(self)
         out["kind"] = self.kind
+        out["family"] = self.family
         return out

@@ -1,8 +1,9 @@
 """The matrix: which cells exist per profile, and which are unsupported and why.
 
 Everything that decides whether a combination runs lives here, in tables that read like
-tables. Unsupported cells stay in the matrix (and in results.json) as `unsupported`, with
-their reason; they never count as passes.
+tables. A profile is a list of slices, each a product of axis values at some world sizes.
+Unsupported cells stay in the matrix (and in results.json) as `unsupported`, with their
+reason; they never count as passes.
 """
 
 from __future__ import annotations
@@ -12,32 +13,113 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.case import Case
+from conformance.strategy.builtin import STATE_APIS
 
-# (wrapper, sharding) -> the state-dict APIs it is checkpointed with.
-WRAPPER_APIS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("ddp", "replicate"): ("sd_full",),
-    ("fsdp1", "full_shard"): ("sd_full", "sd_full_offload", "sd_local", "sd_sharded"),
-    ("fsdp2", "shard"): ("dsd_full", "dsd_sharded"),
-}
+FSDP1_SHARDINGS = ("full_shard", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "shard_grad_op")
+FSDP2_SHARDINGS = ("hsdp", "shard")
+
+# (wrapper, sharding): every wrapper configuration of the matrix.
+ALL_WRAPPERS: tuple[tuple[str, str], ...] = (
+    ("ddp", "replicate"),
+    *((w, s) for w in ("fsdp1", "fsdp1+orig") for s in FSDP1_SHARDINGS),
+    *((w, s) for w in ("fsdp2", "fsdp2+noreshard") for s in FSDP2_SHARDINGS),
+)
+MAIN_WRAPPERS: tuple[tuple[str, str], ...] = (
+    ("ddp", "replicate"),
+    ("fsdp1", "full_shard"),
+    ("fsdp1+orig", "full_shard"),
+    ("fsdp2", "shard"),
+)
 STORAGES: tuple[str, ...] = ("dcp", "torch_save", "torch_save_per_rank")
-OPTIMIZERS: tuple[str, ...] = ("adamw",)
-MODELS: tuple[str, ...] = ("mlp",)
-PRECISIONS: tuple[str, ...] = ("fp32",)
+OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "adamw+groups", "adamw+sched", "sgd")
+MODELS: tuple[str, ...] = ("bn_frozen", "mlp", "tied_transformer")
+MAIN_APIS: tuple[str, ...] = ("dsd_full", "dsd_sharded", "sd_full", "sd_local", "sd_sharded")
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A product of axis values. apis None: every API the wrapper's family has."""
+
+    name: str
+    wrappers: tuple[tuple[str, str], ...]
+    apis: tuple[str, ...] | None = None
+    storages: tuple[str, ...] = STORAGES
+    optimizers: tuple[str, ...] = ("adamw",)
+    models: tuple[str, ...] = ("mlp",)
+    precisions: tuple[str, ...] = ("fp32",)
+
+    def cases(self, world_sizes: tuple[int, ...]) -> list[Case]:
+        out = []
+        for wrapper, sharding in self.wrappers:
+            family_apis = sorted(STATE_APIS[wrapper.split("+")[0]])
+            apis = [a for a in family_apis if self.apis is None or a in self.apis]
+            for api, storage, optimizer, model, precision, ws in itertools.product(
+                apis, self.storages, self.optimizers, self.models, self.precisions, world_sizes
+            ):
+                out.append(Case(wrapper, sharding, api, storage, optimizer, model, ws, precision))
+        return out
+
+
+EVERY_WRAPPER_AND_API = Slice("every wrapper x API x storage", ALL_WRAPPERS)
+MAIN_SLICE = Slice("main wrappers x main APIs", MAIN_WRAPPERS, MAIN_APIS)
+OPTIMIZER_SLICE = Slice(
+    "optimizers", MAIN_WRAPPERS, ("dsd_sharded", "sd_full", "sd_sharded"), optimizers=OPTIMIZERS
+)
+MODEL_SLICE = Slice(
+    "models", MAIN_WRAPPERS, ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"), models=MODELS
+)
+PRECISION_SLICE = Slice(
+    "bf16 mixed precision",
+    MAIN_WRAPPERS,
+    ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"),
+    precisions=("bf16",),
+)
 
 
 @dataclass(frozen=True)
 class Profile:
     name: str
-    world_sizes: tuple[int, ...]
     description: str
+    parts: tuple[tuple[Slice, tuple[int, ...]], ...]
 
 
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("ci", (2,), "every strategy at world size 2: the slice .ci/run gates on"),
-        Profile("default", (1, 2), "every strategy at world sizes 1 and 2"),
-        Profile("full", (1, 2, 4), "everything, world sizes 1, 2 and 4"),
+        Profile(
+            "ci",
+            "the main wrappers and APIs, every optimizer, at world size 2: the slice .ci/run gates on",
+            ((MAIN_SLICE, (2,)), (OPTIMIZER_SLICE, (2,))),
+        ),
+        Profile(
+            "default",
+            "every wrapper x API x storage at 2 ranks (HSDP at 4), optimizers, models, bf16",
+            (
+                (EVERY_WRAPPER_AND_API, (2,)),
+                (
+                    Slice(
+                        "HSDP",
+                        tuple(
+                            w for w in ALL_WRAPPERS if w[1] in ("hsdp", "hybrid_shard", "hybrid_shard_zero2")
+                        ),
+                    ),
+                    (4,),
+                ),
+                (OPTIMIZER_SLICE, (1, 2)),
+                (MODEL_SLICE, (2,)),
+                (PRECISION_SLICE, (2,)),
+            ),
+        ),
+        Profile(
+            "full",
+            "everything at world sizes 1, 2 and 4",
+            (
+                (EVERY_WRAPPER_AND_API, (1, 2, 4)),
+                (OPTIMIZER_SLICE, (1, 2, 4)),
+                (MODEL_SLICE, (1, 2, 4)),
+                (PRECISION_SLICE, (1, 2, 4)),
+            ),
+        ),
     )
 }
 
@@ -58,15 +140,51 @@ _ONE_FILE = (
     "a {kind} state dict holds only this rank's part; one file written by rank 0 would drop "
     "every other rank's part (use torch_save_per_rank or dcp)"
 )
+RANK0_ONLY_APIS = (
+    "dsd_full_bcast",
+    "dsd_full_offload",
+    "legacy_full_scatter",
+    "legacy_full_shard",
+    "sd_full_offload_rank0",
+    "sd_full_rank0",
+)
 
 UNSUPPORTED: tuple[Rule, ...] = (
     Rule({"kind": "sharded", "storage": "torch_save"}, _ONE_FILE.format(kind="sharded")),
     Rule({"kind": "local", "storage": "torch_save"}, _ONE_FILE.format(kind="local")),
     Rule(
-        {"storage": "dcp", "api": ("sd_full", "sd_full_offload", "sd_local", "sd_sharded")},
+        {"storage": "dcp", "api": tuple(a for a in STATE_APIS["fsdp1"] if not a.startswith("dsd_"))},
         "DCP loads in place into a template state dict, and the optimizer state dict of a freshly "
         "built optimizer (optimizer.state_dict, FSDP.optim_state_dict) is empty: there is nothing "
         "to load the optimizer state into. DCP goes with get/set_state_dict (dsd_*)",
+    ),
+    Rule(
+        {"storage": "dcp", "api": ("dsd_full_bcast", "dsd_full_offload")},
+        "get_state_dict with full_state_dict and cpu_offload gives the state to rank 0 only (as documented): "
+        "a DCP directory saved collectively from it would lack what the other ranks never had",
+    ),
+    Rule(
+        {"storage": "torch_save_per_rank", "api": RANK0_ONLY_APIS},
+        "only rank 0 holds the state (rank0_only, full_optim_state_dict, or full_state_dict with "
+        "cpu_offload): the other ranks' files would be empty",
+    ),
+    Rule(
+        {"sharding": ("hsdp", "hybrid_shard", "hybrid_shard_zero2"), "world_size": (1, 2, 3)},
+        "HSDP needs a (replicate, shard) mesh of at least 2 x 2 ranks",
+    ),
+    Rule(
+        {"sharding": ("hybrid_shard", "hybrid_shard_zero2"), "api": "sd_local"},
+        "FSDP1 refuses LOCAL_STATE_DICT with a DeviceMesh (HSDP): 'DeviceMesh is not compatible with "
+        "LOCAL_STATE_DICT', by design",
+    ),
+    Rule(
+        {"wrapper": "fsdp1", "optimizer": "adamw+groups"},
+        "FSDP1 without use_orig_params gives the optimizer one flat parameter per unit: weights and "
+        "biases cannot go in separate param groups",
+    ),
+    Rule(
+        {"family": "ddp", "precision": "bf16"},
+        "DDP has no mixed-precision setting: autocast leaves the fp32 parameters, and so the checkpoint, unchanged",
     ),
 )
 
@@ -81,14 +199,8 @@ def unsupported_reason(case: Case) -> str | None:
 def cases(profile: str) -> list[Case]:
     """Every cell of a profile, sorted: ids and order are the same in every run and worker."""
     try:
-        world_sizes = PROFILES[profile].world_sizes
+        parts = PROFILES[profile].parts
     except KeyError:
         raise ValueError(f"unknown matrix profile {profile!r}; known: {sorted(PROFILES)}") from None
-    out = [
-        Case(wrapper, sharding, api, storage, optimizer, model, world_size, precision)
-        for (wrapper, sharding), apis in sorted(WRAPPER_APIS.items())
-        for api, storage, optimizer, model, precision, world_size in itertools.product(
-            sorted(apis), STORAGES, OPTIMIZERS, MODELS, PRECISIONS, world_sizes
-        )
-    ]
-    return sorted(out, key=lambda c: c.id)
+    unique = {case for slice_, sizes in parts for case in slice_.cases(sizes)}
+    return sorted(unique, key=lambda c: c.id)

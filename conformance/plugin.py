@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.baseline import Expectation, load_baseline
+from conformance.baseline import Expectation, load_baseline, render_baseline
 from conformance.case import API_KINDS, Case
 from conformance.check.roundtrip import StrategyFactory
 from conformance.matrix import PROFILES, cases
@@ -60,6 +60,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="where results.json and matrix.md go (default: reports/runs/<torch>-<backend>-<matrix>)",
     )
     group.addoption("--baseline", default=None, help="TOML file of known outcomes per cell id")
+    group.addoption(
+        "--update-baseline",
+        action="store_true",
+        help="write the --baseline file from this run (every cell that did not pass) instead of gating on it",
+    )
     group.addoption("--world-start-timeout", type=float, default=120.0, help="seconds for a world to start")
 
 
@@ -86,8 +91,11 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("--case-timeout must be a positive number of seconds")
     config.pluginmanager.register(ResultCollector(config), "conformance-results")
     baseline = config.getoption("baseline")
+    if config.getoption("update_baseline") and not baseline:
+        raise pytest.UsageError("--update-baseline needs --baseline FILE: the file to write")
     try:
-        config.stash[BASELINE_KEY] = load_baseline(Path(baseline)) if baseline else {}
+        gate = baseline and not config.getoption("update_baseline")
+        config.stash[BASELINE_KEY] = load_baseline(Path(baseline)) if gate else {}
     except (FileNotFoundError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -186,6 +194,12 @@ class ResultCollector:
         self.out = self.report_dir(backend)
         write_results(self.out / "results.json", results_document(env, results))
         (self.out / "matrix.md").write_text(render_markdown(env, results))
+        if self.config.getoption("update_baseline"):
+            header = (
+                f"Known outcomes: torch {env['torch']}, {env['backend']}, matrix {env['matrix']}.\n"
+                f"Written by --update-baseline from a run at {env['time_utc']}; edit reasons, add links."
+            )
+            Path(self.config.getoption("baseline")).write_text(render_baseline(results, header))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.results or self.out is None:

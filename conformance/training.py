@@ -1,10 +1,13 @@
-"""Tiny models, their optimizers, and deterministic training owned by the harness.
+"""Tiny models, their optimizers and schedulers, and deterministic training owned by the harness.
 
 Batches are seeded from (cell seed, rank, step) so every run of a cell sees the same data,
 whatever the strategy under test does with its RNG.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -18,19 +21,85 @@ BATCH = 4
 class UnevenMLP(nn.Module):
     """Output dimensions 24, 7 and 5: 7 and 5 do not divide by 2 or 4 ranks."""
 
-    in_features = 13
+    wrap_units: tuple[type[nn.Module], ...] = (nn.Linear,)
 
     def __init__(self) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(self.in_features, 24)
+        self.fc1 = nn.Linear(13, 24)
         self.fc2 = nn.Linear(24, 7)
         self.fc3 = nn.Linear(7, 5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
 
+    @staticmethod
+    def batch(gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(BATCH, 13, generator=gen), torch.randn(BATCH, 5, generator=gen)
 
-MODELS: dict[str, type[nn.Module]] = {"mlp": UnevenMLP}
+    @staticmethod
+    def loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return nn.functional.mse_loss(out.float(), target)
+
+
+class TiedTransformer(nn.Module):
+    """A one-layer transformer whose output head shares the input embedding's weight.
+
+    The encoder layer is the wrap unit, so the tied pair stays together in the root's unit.
+    """
+
+    wrap_units: tuple[type[nn.Module], ...] = (nn.TransformerEncoderLayer,)
+    vocab, width, seq = 11, 12, 5
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(self.vocab, self.width)
+        self.layer = nn.TransformerEncoderLayer(
+            self.width, 2, dim_feedforward=20, dropout=0.0, batch_first=True
+        )
+        self.head = nn.Linear(self.width, self.vocab, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.layer(self.embed(tokens)))
+
+    @classmethod
+    def batch(cls, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens = torch.randint(0, cls.vocab, (BATCH, cls.seq), generator=gen)
+        return tokens, torch.randint(0, cls.vocab, (BATCH, cls.seq), generator=gen)
+
+    @classmethod
+    def loss(cls, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(out.float().reshape(-1, cls.vocab), target.reshape(-1))
+
+
+class BatchNormFrozen(nn.Module):
+    """BatchNorm running stats (buffers, per rank under FSDP) and a frozen first layer (no
+    gradient, no optimizer state; its own wrap unit, as FSDP1 flat parameters need)."""
+
+    wrap_units: tuple[type[nn.Module], ...] = (nn.Linear,)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frozen = nn.Linear(9, 16)
+        self.frozen.requires_grad_(False)
+        self.bn = nn.BatchNorm1d(16)
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.bn(self.frozen(x))))
+
+    @staticmethod
+    def batch(gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(BATCH, 9, generator=gen), torch.randn(BATCH, 5, generator=gen)
+
+    loss = UnevenMLP.loss
+
+
+MODELS: dict[str, type[nn.Module]] = {
+    "mlp": UnevenMLP,
+    "tied_transformer": TiedTransformer,
+    "bn_frozen": BatchNormFrozen,
+}
 
 
 def build_model(name: str, seed: int) -> nn.Module:
@@ -44,37 +113,76 @@ def build_model(name: str, seed: int) -> nn.Module:
         return cls()
 
 
-def build_optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
+def total_elements(name: str) -> int:
+    """Parameter elements of the unwrapped model: what a replica holds."""
+    return sum(p.numel() for p in build_model(name, 0).parameters())
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """An optimizer axis value: the optimizer, whether parameters go in two groups with
+    different hyperparameters, and whether an LR scheduler (saved too) drives it."""
+
+    make: Callable[[list[dict]], torch.optim.Optimizer]
+    groups: bool = False
+    scheduler: bool = False
+
+
+OPTIMIZERS: dict[str, OptimizerSpec] = {
+    "sgd": OptimizerSpec(lambda groups: torch.optim.SGD(groups, lr=1e-2, momentum=0.9)),
+    "adam": OptimizerSpec(lambda groups: torch.optim.Adam(groups, lr=1e-2)),
+    "adamw": OptimizerSpec(
+        lambda groups: torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.01)
+    ),
+    "adamw+groups": OptimizerSpec(
+        lambda groups: torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.01), groups=True
+    ),
+    "adamw+sched": OptimizerSpec(
+        lambda groups: torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.01),
+        scheduler=True,
+    ),
+}
+
+
+def build_optimizer(
+    name: str, model: nn.Module
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler | None]:
+    try:
+        spec = OPTIMIZERS[name]
+    except KeyError:
+        raise ValueError(f"unknown optimizer {name!r}; known: {sorted(OPTIMIZERS)}") from None
     params = [p for p in model.parameters() if p.requires_grad]
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.01)
-    raise ValueError(f"unknown optimizer {name!r}; known: ['adamw']")
-
-
-def batch(
-    seed: int, rank: int, step: int, in_features: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + rank * 1009 + step)
-    x = torch.randn(BATCH, in_features, generator=gen)
-    y = torch.randn(BATCH, 5, generator=gen)
-    return x.to(device), y.to(device)
+    if spec.groups:  # matrices decay, vectors (biases, norms) do not and learn faster
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2]},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "lr": 2e-2},
+        ]
+    else:
+        groups = [{"params": params}]
+    optim = spec.make(groups)
+    scheduler = torch.optim.lr_scheduler.StepLR(optim, step_size=2, gamma=0.5) if spec.scheduler else None
+    return optim, scheduler
 
 
 def train(
     model: nn.Module,
     optim: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
     ctx: RankContext,
     model_name: str,
     steps: int = TRAIN_STEPS,
 ) -> list[float]:
-    """A few AdamW steps on per-rank batches; returns the per-step losses."""
-    in_features = MODELS[model_name].in_features  # type: ignore[attr-defined]
+    """A few steps on per-rank batches; returns the per-step losses."""
+    cls = MODELS[model_name]
     losses = []
     for step in range(steps):
-        x, y = batch(ctx.seed, ctx.rank, step, in_features, ctx.device)
-        loss = torch.nn.functional.mse_loss(model(x), y)
+        gen = torch.Generator().manual_seed(ctx.seed * 1_000_003 + ctx.rank * 1009 + step)
+        x, y = (t.to(ctx.device) for t in cls.batch(gen))  # type: ignore[attr-defined]
+        loss = cls.loss(model(x), y)  # type: ignore[attr-defined]
         loss.backward()
         optim.step()
         optim.zero_grad(set_to_none=True)
+        if scheduler is not None:
+            scheduler.step()
         losses.append(loss.item())
     return losses

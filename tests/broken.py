@@ -14,7 +14,8 @@ from torch import nn
 
 from conformance.case import Case
 from conformance.strategy.builtin import builtin_strategy
-from conformance.strategy.protocol import Strategy
+from conformance.strategy.protocol import Strategy, TrainState
+from conformance.strategy.wrappers import Fsdp1Wrapper
 from conformance.world import RankContext
 
 
@@ -27,63 +28,63 @@ class Delegating:
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
         return self.base.wrap(model, ctx)
 
-    def save(self, model: nn.Module, optim: torch.optim.Optimizer, path: Path, ctx: RankContext) -> None:
-        self.base.save(model, optim, path, ctx)
+    def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        self.base.save(state, path, ctx)
 
-    def load(self, model: nn.Module, optim: torch.optim.Optimizer, path: Path, ctx: RankContext) -> None:
-        self.base.load(model, optim, path, ctx)
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        self.base.load(state, path, ctx)
 
 
 class NoOpLoad(Delegating):
     """Loading does nothing: the fresh model and optimizer stay as built."""
 
-    def load(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
         pass
 
 
 class ForgetsOptimizer(Delegating):
     """Only the model comes back: the optimizer is left fresh (state dropped)."""
 
-    def load(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
-        self.base.load(model, optim, path, ctx)
-        optim.state.clear()
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.load(state, path, ctx)
+        state.optim.state.clear()
 
 
 class ResetsStep(Delegating):
     """The step counter restarts at zero after a resume."""
 
-    def load(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
-        self.base.load(model, optim, path, ctx)
-        for state in optim.state.values():
-            state["step"] = torch.zeros_like(state["step"])
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.load(state, path, ctx)
+        for entry in state.optim.state.values():
+            entry["step"] = torch.zeros_like(entry["step"])
 
 
 class DoublesLr(Delegating):
     """A param_group hyperparameter is not restored as saved."""
 
-    def load(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
-        self.base.load(model, optim, path, ctx)
-        for group in optim.param_groups:
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.load(state, path, ctx)
+        for group in state.optim.param_groups:
             group["lr"] = group["lr"] * 2
 
 
 class CastsExpAvg(Delegating):
     """Optimizer state comes back in another dtype (a bf16 checkpoint of fp32 state)."""
 
-    def load(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
-        self.base.load(model, optim, path, ctx)
-        for state in optim.state.values():
-            state["exp_avg"] = state["exp_avg"].to(torch.bfloat16)
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.load(state, path, ctx)
+        for entry in state.optim.state.values():
+            entry["exp_avg"] = entry["exp_avg"].to(torch.bfloat16)
 
 
 class NudgesOneElement(Delegating):
     """One element of one parameter is off by one ulp after the load (only bitwise sees it)."""
 
-    def load(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
-        self.base.load(model, optim, path, ctx)
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.load(state, path, ctx)
         if ctx.rank == ctx.world_size - 1:
             with torch.no_grad():
-                param = next(p for p in model.parameters() if p.numel() > 0)
+                param = next(p for p in state.model.parameters() if p.numel() > 0)
                 local = param.to_local() if hasattr(param, "to_local") else param
                 flat = local.view(-1)
                 flat[0] = torch.nextafter(flat[0], torch.tensor(float("inf")))
@@ -92,23 +93,23 @@ class NudgesOneElement(Delegating):
 class SaveMutatesLiveState(Delegating):
     """Saving zeroes the live optimizer state (e.g. an in-place offload that frees buffers)."""
 
-    def save(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
-        self.base.save(model, optim, path, ctx)
-        for state in optim.state.values():
-            state["exp_avg"].zero_()
+    def save(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.save(state, path, ctx)
+        for entry in state.optim.state.values():
+            entry["exp_avg"].zero_()
 
 
 class OnlyRankZeroShard(Delegating):
     """Every rank loads rank 0's per-rank file: the other ranks' shards are lost."""
 
-    def load(self, model, optim, path, ctx):  # type: ignore[no-untyped-def]
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
         if ctx.rank != 0:
             own, zero = path / f"rank{ctx.rank}.pt", path / "rank0.pt"
             torch.distributed.barrier()
             own.write_bytes(zero.read_bytes())
         else:
             torch.distributed.barrier()
-        self.base.load(model, optim, path, ctx)
+        self.base.load(state, path, ctx)
 
 
 class ReturnsTrainedModel(Delegating):
@@ -118,6 +119,41 @@ class ReturnsTrainedModel(Delegating):
         if not hasattr(self, "first"):
             self.first = self.base.wrap(model, ctx)
         return self.first
+
+
+class SilentlyReplicates(Delegating):
+    """Asked for FULL_SHARD, wraps with NO_SHARD: every rank holds the whole model."""
+
+    def wrap(self, model, ctx):  # type: ignore[no-untyped-def]
+        return Fsdp1Wrapper("no_shard").wrap(model, ctx)
+
+
+class ReplicasStopSyncing(Delegating):
+    """Asked for DDP, leaves the model unwrapped: ranks train apart on their own batches."""
+
+    def wrap(self, model, ctx):  # type: ignore[no-untyped-def]
+        return model.to(ctx.device)
+
+
+class DropsScheduler(Delegating):
+    """Saves model and optimizer, but the LR scheduler's state is not restored."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        scheduler, state.scheduler = state.scheduler, None
+        try:
+            self.base.load(state, path, ctx)
+        finally:
+            state.scheduler = scheduler
+
+
+class ResetsRunningStats(Delegating):
+    """Buffers are not restored: BatchNorm running stats start over after a resume."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.load(state, path, ctx)
+        for module in state.model.modules():
+            if isinstance(module, nn.BatchNorm1d):
+                module.reset_running_stats()
 
 
 def _factory(cls: type[Delegating], name: str):  # type: ignore[no-untyped-def]
@@ -139,3 +175,7 @@ nudges_one_element = _factory(NudgesOneElement, "nudges_one_element")
 save_mutates_live_state = _factory(SaveMutatesLiveState, "save_mutates_live_state")
 only_rank_zero_shard = _factory(OnlyRankZeroShard, "only_rank_zero_shard")
 returns_trained_model = _factory(ReturnsTrainedModel, "returns_trained_model")
+silently_replicates = _factory(SilentlyReplicates, "silently_replicates")
+replicas_stop_syncing = _factory(ReplicasStopSyncing, "replicas_stop_syncing")
+drops_scheduler = _factory(DropsScheduler, "drops_scheduler")
+resets_running_stats = _factory(ResetsRunningStats, "resets_running_stats")

@@ -71,3 +71,14 @@ class Unimportable:
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (__import__, ("no_such_module_anywhere",))
+
+
+def mesh_op(ctx: RankContext, arg: Any) -> dict[str, Any]:
+    """A 2-D mesh and one DTensor op: run twice, the second cell must not get the first's
+    mesh back from DTensor's caches (DeviceMesh equality ignores process groups)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (2, ctx.world_size // 2))
+    doubled = distribute_tensor(torch.arange(8.0).reshape(4, 2), mesh, [Replicate(), Shard(0)]) * 2
+    return {"same_mesh": doubled.device_mesh is mesh, "sum": doubled.full_tensor().sum().item()}

@@ -22,6 +22,10 @@ FSDP1_SHARDED = Case("fsdp1", "full_shard", "sd_sharded", "torch_save_per_rank",
 FSDP1_LOCAL = Case("fsdp1", "full_shard", "sd_local", "torch_save_per_rank", "adamw", "mlp", 2)
 FSDP1_FULL = Case("fsdp1", "full_shard", "sd_full", "torch_save", "adamw", "mlp", 2)
 DDP = Case("ddp", "replicate", "sd_full", "torch_save", "adamw", "mlp", 2)
+BN_PER_RANK = Case("fsdp2", "shard", "dsd_sharded", "torch_save_per_rank", "adamw", "bn_frozen", 2)
+BN_ONE_FILE = Case("fsdp1", "full_shard", "sd_full", "torch_save", "adam", "bn_frozen", 2)
+TIED = Case("fsdp1+orig", "full_shard", "sd_sharded", "torch_save_per_rank", "sgd", "tied_transformer", 2)
+FSDP2_SCHED = Case("fsdp2", "shard", "dsd_sharded", "dcp", "adamw+sched", "mlp", 2)
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +35,9 @@ def pool() -> Iterator[WorldPool]:
 
 
 @pytest.mark.parametrize(
-    "case", [FSDP2_SHARDED, FSDP1_SHARDED, FSDP1_LOCAL, FSDP1_FULL, DDP], ids=lambda c: c.id
+    "case",
+    [FSDP2_SHARDED, FSDP1_SHARDED, FSDP1_LOCAL, FSDP1_FULL, DDP, FSDP2_SCHED, BN_PER_RANK, BN_ONE_FILE, TIED],
+    ids=lambda c: c.id,
 )
 def test_control_builtin_strategy_passes(pool: WorldPool, case: Case) -> None:
     result = run_case(pool, case, backend="gloo", timeout_s=60, strategy_factory=builtin_strategy)

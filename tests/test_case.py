@@ -15,6 +15,11 @@ def test_id_reads_as_the_axes() -> None:
     assert case.id == "fsdp2-dsd_sharded-dcp-adamw-mlp-w2"
     fsdp1 = Case("fsdp1", "full_shard", "sd_local", "torch_save_per_rank", "adamw", "mlp", 4, "bf16")
     assert fsdp1.id == "fsdp1_full_shard-sd_local-torch_save_per_rank-adamw-mlp-bf16-w4"
+    orig = Case("fsdp1+orig", "shard_grad_op", "sd_full", "torch_save", "adamw+sched", "mlp", 2)
+    assert orig.id == "fsdp1_shard_grad_op+orig-sd_full-torch_save-adamw+sched-mlp-w2"
+    hsdp = Case("fsdp2+noreshard", "hsdp", "dsd_sharded", "dcp", "sgd", "mlp", 4)
+    assert hsdp.id == "fsdp2_hsdp+noreshard-dsd_sharded-dcp-sgd-mlp-w4"
+    assert hsdp.family == "fsdp2" and hsdp.axes()["family"] == "fsdp2"
 
 
 def test_case_is_frozen_picklable_and_hashable() -> None:
@@ -69,5 +74,31 @@ def test_unsupported_cells_are_declared_with_reasons() -> None:
     sharded_one_file = Case("fsdp2", "shard", "dsd_sharded", "torch_save", "adamw", "mlp", 2)
     assert "only this rank's part" in (unsupported_reason(sharded_one_file) or "")
     assert unsupported_reason(Case("fsdp2", "shard", "dsd_sharded", "dcp", "adamw", "mlp", 2)) is None
-    runnable = [c for c in cases("default") if unsupported_reason(c) is None]
-    assert len(runnable) >= 10
+    hybrid_w2 = Case("fsdp1", "hybrid_shard", "sd_full", "torch_save", "adamw", "mlp", 2)
+    assert "2 x 2 ranks" in (unsupported_reason(hybrid_w2) or "")
+    assert (
+        unsupported_reason(Case("fsdp1", "hybrid_shard", "sd_full", "torch_save", "adamw", "mlp", 4)) is None
+    )
+    groups = Case("fsdp1", "full_shard", "sd_full", "torch_save", "adamw+groups", "mlp", 2)
+    assert "flat parameter" in (unsupported_reason(groups) or "")
+    assert (
+        unsupported_reason(
+            Case("fsdp1+orig", "full_shard", "sd_full", "torch_save", "adamw+groups", "mlp", 2)
+        )
+        is None
+    )
+
+
+def test_default_profile_is_big_enough_and_covers_every_axis_value() -> None:
+    from conformance.case import API_KINDS
+    from conformance.matrix import ALL_WRAPPERS, OPTIMIZERS, STORAGES
+
+    default = cases("default")
+    assert len(default) >= 400
+    runnable = [c for c in default if unsupported_reason(c) is None]
+    assert len(runnable) >= 400
+    assert {(c.wrapper, c.sharding) for c in runnable} == set(ALL_WRAPPERS)
+    assert {c.api for c in runnable} == set(API_KINDS)
+    assert {c.storage for c in runnable} == set(STORAGES)
+    assert {c.optimizer for c in runnable} == set(OPTIMIZERS)
+    assert {c.precision for c in runnable} == {"fp32", "bf16"}

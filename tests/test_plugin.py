@@ -53,7 +53,8 @@ def test_k_sharded_runs_only_sharded_cells_and_xdist_agrees(tmp_path: Path) -> N
     assert set(outcomes(serial)) == expected_ids, log0
     assert outcomes(parallel) == outcomes(serial), log2
     assert "pass" in outcomes(serial).values()
-    assert code0 == code2 == 0, log0 + log2
+    assert code0 == code2, log0 + log2  # 1 where torch has a sharded finding; the same either way
+    assert code0 in (0, 1), log0
     env = serial["environment"]
     assert serial["schema"] == 1
     assert env["backend"] == "gloo" and env["world_sizes"] == [2] and env["torch"]
@@ -65,23 +66,19 @@ def test_k_sharded_runs_only_sharded_cells_and_xdist_agrees(tmp_path: Path) -> N
 
 
 def test_known_failures_gate_and_later_cells_still_run(tmp_path: Path) -> None:
-    selection = [
-        "--matrix",
-        "ci",
-        "-k",
-        "sd_full_offload-torch_save-adamw or ddp-sd_full-torch_save-",
-    ]
+    offload = "fsdp1_full_shard-sd_full_offload_rank0-torch_save-adamw-mlp-w2"
+    later = "fsdp2-dsd_sharded-dcp-adamw-mlp-w2"  # sorts after the offload cell
+    selection = ["--matrix", "default", "-k", f"{offload} or {later}"]
     code, results, log = run_cases(tmp_path, *selection, name="plain")
     got = outcomes(results)
-    assert got["ddp-sd_full-torch_save-adamw-mlp-w2"] == "pass", log
-    offload = "fsdp1_full_shard-sd_full_offload-torch_save-adamw-mlp-w2"
+    assert got[later] == "pass", log
     assert got[offload] in ("crash", "error"), log  # a result, never the end of the run
     assert code == 1
-    code, _, log = run_cases(
-        tmp_path, *selection, "--baseline", str(ROOT / "reports/baseline/ci.toml"), name="gated"
-    )
+    baseline = tmp_path / "known.toml"
+    baseline.write_text(f'["{offload}"]\noutcome = "{got[offload]}"\nreason = "torch 2.13 CPU"\n')
+    code, _, log = run_cases(tmp_path, *selection, "--baseline", str(baseline), name="gated")
     assert code == 0, log
-    assert "xfailed" in log
+    assert "1 xfailed" in log
 
 
 def test_wrong_baseline_fails_the_run(tmp_path: Path) -> None:

@@ -63,3 +63,15 @@ def test_markdown_has_a_column_per_world_size_and_lists_non_passes() -> None:
     assert "**ERROR**" in text
     assert "- `fsdp2-dsd_full-dcp-adamw-mlp-w2`: error: rank 0: RuntimeError: setStorage" in text
     assert "never a pass" in text  # the legend says what unsupported means
+
+
+def test_baseline_written_from_results_reads_back(tmp_path: Path) -> None:
+    from conformance.baseline import load_baseline, render_baseline
+
+    cells = [cell(1, Outcome.PASS, "ok"), cell(2, Outcome.ERROR, ERROR_DETAIL)]
+    path = tmp_path / "b.toml"
+    path.write_text(render_baseline(cells, "header line"))
+    loaded = load_baseline(path)
+    assert list(loaded) == ["fsdp2-dsd_full-dcp-adamw-mlp-w2"]
+    assert loaded["fsdp2-dsd_full-dcp-adamw-mlp-w2"].outcome is Outcome.ERROR
+    assert "setStorage" in loaded["fsdp2-dsd_full-dcp-adamw-mlp-w2"].reason

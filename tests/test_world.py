@@ -122,3 +122,10 @@ def test_cell_function_in_main_is_refused_clearly(pool: WorldPool) -> None:
     local.__module__ = "__main__"
     with pytest.raises(ValueError, match="defined in __main__"):
         pool.run("gloo", 2, local, None, timeout_s=TIMEOUT_S)
+
+
+def test_dtensor_caches_do_not_leak_meshes_between_cells(pool: WorldPool) -> None:
+    for _ in range(2):
+        run = pool.run("gloo", 4, cells.mesh_op, None, timeout_s=30)
+        assert run.status == "ok", run.detail
+        assert all(v == {"same_mesh": True, "sum": 56.0} for v in run.values)

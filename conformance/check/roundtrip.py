@@ -4,6 +4,13 @@ Runs on every rank. Guards against a vacuous pass: the saved state must hold par
 optimizer state; the fresh model must differ from the trained one before the load (so a load
 that does nothing fails); and the state is read by the harness itself, never through the
 strategy's own state-dict code.
+
+Buffers (BatchNorm running stats) are per rank under FSDP and not synced, so what a rank
+must get back depends on where the checkpoint keeps them:
+- one file written by rank 0: rank 0's copy, on every rank;
+- per-rank files: each rank its own copy;
+- a DCP directory: DCP stores a plain tensor once, from the rank its de-duplication picks;
+  every rank must get that same copy back, and it must be one rank's saved copy.
 """
 
 from __future__ import annotations
@@ -12,11 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch.distributed as dist
+
 from conformance.case import Case
 from conformance.check.compare import compare_states, first_of_each_kind
+from conformance.check.sanity import sharding_problems
 from conformance.check.snapshot import Snapshot, count_elements, full_state, local_state
 from conformance.strategy.builtin import builtin_strategy
-from conformance.strategy.protocol import Strategy
+from conformance.strategy.protocol import Strategy, TrainState
 from conformance.training import build_model, build_optimizer, train
 from conformance.world import RankContext
 
@@ -38,15 +48,13 @@ class RoundTrip:
 
 def flat_sharded(case: Case, world_size: int) -> bool:
     """Whether FSDP1 keeps each rank's parameters as a shard of a flat parameter."""
-    return case.wrapper == "fsdp1" and case.sharding != "no_shard" and world_size > 1
+    return case.family == "fsdp1" and case.sharding != "no_shard" and world_size > 1
 
 
 def _require_substance(snapshot: Snapshot) -> None:
-    params = [k for k in snapshot if k.startswith("param/")]
-    optim = [k for k in snapshot if k.startswith("optim/")]
-    if not params:
+    if not any(k.startswith("param/") for k in snapshot):
         raise VacuousCheckError("the trained model has no parameters to compare")
-    if not optim:
+    if not any(k.startswith("optim/") for k in snapshot):
         raise VacuousCheckError("the optimizer holds no state after training: nothing to compare")
 
 
@@ -61,44 +69,75 @@ def _limit(lines: list[str]) -> list[str]:
     return [*lines[:MAX_REPORTED], f"... and {len(lines) - MAX_REPORTED} more differences"]
 
 
+def _fresh_state(strategy: Strategy, case: Case, ctx: RankContext, seed: int) -> TrainState:
+    model = strategy.wrap(build_model(case.model, seed=seed), ctx)
+    optim, scheduler = build_optimizer(case.optimizer, model)
+    return TrainState(model, optim, scheduler)
+
+
+def _buffers(snapshot: Snapshot) -> Snapshot:
+    return {k: v for k, v in snapshot.items() if k.startswith("buffer/")}
+
+
+def expected_buffers(case: Case, ctx: RankContext, before: Snapshot, after: Snapshot) -> Snapshot:
+    """What each buffer must be after the load on this rank (see the module doc). A collective."""
+    mine = _buffers(before)
+    if case.storage == "torch_save_per_rank" or not mine:
+        return mine
+    everyone: list[Snapshot] = [{} for _ in range(ctx.world_size)]
+    dist.all_gather_object(everyone, mine)
+    if case.storage != "dcp":
+        return everyone[0]
+    loaded = [_buffers(after)]
+    dist.broadcast_object_list(loaded, src=0)
+    expected = {}
+    for key, value in everyone[0].items():
+        got = loaded[0].get(key)
+        kept = [r[key] for r in everyone if got is not None and not compare_states({key: r[key]}, {key: got})]
+        expected[key] = kept[0] if kept else value  # no rank's copy: compared against rank 0's, and fails
+    return expected
+
+
 def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     case, sharded = spec.case, flat_sharded(spec.case, ctx.world_size)
     strategy = spec.strategy_factory(case)
 
-    model = strategy.wrap(build_model(case.model, seed=ctx.seed), ctx)
-    optim = build_optimizer(case.optimizer, model)
-    train(model, optim, ctx, case.model)
-    before_local = local_state(model, optim)
-    before_full = full_state(model, optim, ctx, sharded=sharded)
+    trained = _fresh_state(strategy, case, ctx, seed=ctx.seed)
+    train(trained.model, trained.optim, trained.scheduler, ctx, case.model)
+    failures = sharding_problems(case, ctx, trained.model)
+    before_local = local_state(trained.model, trained.optim, trained.scheduler)
+    before_full = full_state(trained.model, trained.optim, trained.scheduler, ctx, sharded=sharded)
     _require_substance(before_local)
 
     path = ctx.cell_dir / "checkpoint"
-    strategy.save(model, optim, path, ctx)
-    failures = [
-        f"rank {ctx.rank}: save changed the live state: {d}"
-        for d in compare_states(before_local, local_state(model, optim))
+    strategy.save(trained, path, ctx)
+    after_save = local_state(trained.model, trained.optim, trained.scheduler)
+    failures += [
+        f"rank {ctx.rank}: save changed the live state: {d}" for d in compare_states(before_local, after_save)
     ]
 
-    fresh = strategy.wrap(build_model(case.model, seed=ctx.seed + 1), ctx)
-    fresh_optim = build_optimizer(case.optimizer, fresh)
-    if fresh is model or fresh_optim is optim:
+    fresh = _fresh_state(strategy, case, ctx, seed=ctx.seed + 1)
+    if fresh.model is trained.model or fresh.optim is trained.optim:
         raise VacuousCheckError(
             "the strategy returned the trained model again instead of wrapping the fresh one"
         )
-    fresh_full = full_state(fresh, fresh_optim, ctx, sharded=sharded)
+    fresh_full = full_state(fresh.model, fresh.optim, fresh.scheduler, ctx, sharded=sharded)
     if ctx.rank == 0 and not _differs_somewhere(before_full, fresh_full):  # type: ignore[arg-type]
         raise VacuousCheckError(
             "the fresh model already equals the trained one: a load could not be told from no load"
         )
 
-    strategy.load(fresh, fresh_optim, path, ctx)
-    after_local = local_state(fresh, fresh_optim)
-    after_full = full_state(fresh, fresh_optim, ctx, sharded=sharded)
+    strategy.load(fresh, path, ctx)
+    after_local = local_state(fresh.model, fresh.optim, fresh.scheduler)
+    after_full = full_state(fresh.model, fresh.optim, fresh.scheduler, ctx, sharded=sharded)
+    buffers = expected_buffers(case, ctx, before_local, after_local)
+    expected_local = {**before_local, **buffers}
 
     if ctx.rank == 0:
-        full_diffs = first_of_each_kind(compare_states(before_full, after_full))  # type: ignore[arg-type]
+        expected_full = {**before_full, **buffers}  # type: ignore[dict-item]
+        full_diffs = first_of_each_kind(compare_states(expected_full, after_full))  # type: ignore[arg-type]
         failures = [f"full state: {d}" for d in full_diffs] + failures
-    local_diffs = first_of_each_kind(compare_states(before_local, after_local))
+    local_diffs = first_of_each_kind(compare_states(expected_local, after_local))
     failures += [f"rank {ctx.rank} local state: {d}" for d in local_diffs]
     tensors, elements = count_elements(before_full if ctx.rank == 0 else before_local)  # type: ignore[arg-type]
     return {

@@ -39,13 +39,16 @@ def _is_dtensor(t: Any) -> bool:
     return type(t).__name__ == "DTensor"
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A copy of this rank's piece of a tensor (the local shard of a DTensor), on the CPU."""
     if _is_dtensor(t):
         t = t.to_local()  # type: ignore[attr-defined]
-    return t.detach().clone()
+    return t.detach().cpu().clone()
 
 
-def _raw_state(model: nn.Module, optim: torch.optim.Optimizer) -> Snapshot:
+def _raw_state(
+    model: nn.Module, optim: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler | None
+) -> Snapshot:
     """Every state value as it lives on this rank (DTensors kept as DTensors)."""
     names = {id(p): clean_name(n) for n, p in model.named_parameters()}
     out: Snapshot = {}
@@ -62,26 +65,38 @@ def _raw_state(model: nn.Module, optim: torch.optim.Optimizer) -> Snapshot:
             if key == "params":
                 value = [names.get(id(p), "<unnamed>") for p in value]
             out[f"param_groups/{i}/{key}"] = value
+    if scheduler is not None:
+        for key, value in scheduler.state_dict().items():
+            out[f"scheduler/{key}"] = value
     return out
 
 
-def local_state(model: nn.Module, optim: torch.optim.Optimizer) -> Snapshot:
+def local_state(
+    model: nn.Module,
+    optim: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+) -> Snapshot:
     """This rank's pieces, copied (tensors to the CPU): safe to keep while training goes on."""
     return {
-        k: _local(v).cpu() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
-        for k, v in _raw_state(model, optim).items()
+        k: local_tensor(v) if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+        for k, v in _raw_state(model, optim, scheduler).items()
     }
 
 
 def full_state(
-    model: nn.Module, optim: torch.optim.Optimizer, ctx: RankContext, *, sharded: bool
+    model: nn.Module,
+    optim: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+    ctx: RankContext,
+    *,
+    sharded: bool,
 ) -> Snapshot | None:
     """The whole state, gathered on rank 0 (None on the other ranks). A collective.
 
     sharded: whether plain (non-DTensor) parameters and optimizer tensors are shards of one
     flat parameter (FSDP1 with a sharding strategy) rather than replicas.
     """
-    raw = _raw_state(model, optim)
+    raw = _raw_state(model, optim, scheduler)
     full: Snapshot = {}
     pieces: Snapshot = {}
     for key in sorted(raw):
@@ -96,12 +111,15 @@ def full_state(
     dist.gather_object(pieces, gathered, dst=0)
     if gathered is None:
         return None
-    for key, first in pieces.items():
-        shard = sharded and first.dim() > 0 and not key.startswith("buffer/")
+    # A rank whose shard of a parameter is empty (use_orig_params) keeps no optimizer state
+    # for it: the keys are the union over ranks, and a missing piece is an empty one.
+    for key in sorted({k for g in gathered for k in g}):
+        held = [g[key] for g in gathered if key in g]
+        shard = sharded and held[0].dim() > 0 and not key.startswith("buffer/")
         if shard:
-            full[key] = torch.cat([g[key].reshape(-1) for g in gathered])
+            full[key] = torch.cat([piece.reshape(-1) for piece in held])
         else:
-            full[key] = first  # replicated, a scalar (step), or a per-rank buffer: rank 0's copy
+            full[key] = held[0]  # replicated, a scalar (step), or a per-rank buffer: the lowest rank's copy
     return full
 
 

@@ -6,25 +6,52 @@ from collections.abc import Callable
 
 from conformance.case import Case
 from conformance.strategy.protocol import ComposedStrategy, StateApi, Storage, Strategy, Wrapper
-from conformance.strategy.state_apis import DistributedStateDict, Fsdp1StateDict, PlainStateDict
+from conformance.strategy.state_apis import (
+    DistributedStateDict,
+    Fsdp1StateDict,
+    LegacyFullOptim,
+    LegacyShardedOptim,
+    PlainStateDict,
+)
 from conformance.strategy.storages import DcpDirectory, PerRankFiles, RankZeroFile
 from conformance.strategy.wrappers import DdpWrapper, Fsdp1Wrapper, Fsdp2Wrapper
 
 WRAPPERS: dict[str, Callable[[Case], Wrapper]] = {
     "ddp": lambda case: DdpWrapper(),
-    "fsdp1": lambda case: Fsdp1Wrapper(case.sharding),
-    "fsdp2": lambda case: Fsdp2Wrapper(),
+    "fsdp1": lambda case: Fsdp1Wrapper(case.sharding, bf16=case.precision == "bf16"),
+    "fsdp1+orig": lambda case: Fsdp1Wrapper(
+        case.sharding, use_orig_params=True, bf16=case.precision == "bf16"
+    ),
+    "fsdp2": lambda case: Fsdp2Wrapper(hsdp=case.sharding == "hsdp", bf16=case.precision == "bf16"),
+    "fsdp2+noreshard": lambda case: Fsdp2Wrapper(
+        hsdp=case.sharding == "hsdp", reshard_after_forward=False, bf16=case.precision == "bf16"
+    ),
 }
 
-STATE_APIS: dict[tuple[str, str], StateApi] = {
-    ("ddp", "sd_full"): PlainStateDict(),
-    ("fsdp1", "sd_full"): Fsdp1StateDict("full"),
-    # The FSDP tutorial's recipe: offload to CPU, rank 0 only.
-    ("fsdp1", "sd_full_offload"): Fsdp1StateDict("full", offload_to_cpu=True, rank0_only=True),
-    ("fsdp1", "sd_sharded"): Fsdp1StateDict("sharded"),
-    ("fsdp1", "sd_local"): Fsdp1StateDict("local"),
-    ("fsdp2", "dsd_full"): DistributedStateDict(full_state_dict=True),
-    ("fsdp2", "dsd_sharded"): DistributedStateDict(full_state_dict=False),
+DSD_APIS: dict[str, StateApi] = {
+    "dsd_full": DistributedStateDict(full_state_dict=True),
+    "dsd_full_offload": DistributedStateDict(full_state_dict=True, cpu_offload=True),
+    "dsd_full_bcast": DistributedStateDict(full_state_dict=True, cpu_offload=True, broadcast_from_rank0=True),
+    "dsd_sharded": DistributedStateDict(full_state_dict=False),
+    "dsd_sharded_offload": DistributedStateDict(full_state_dict=False, cpu_offload=True),
+}
+
+# family -> API token -> implementation. Every family also takes get/set_state_dict.
+STATE_APIS: dict[str, dict[str, StateApi]] = {
+    "ddp": {"sd_full": PlainStateDict(), **DSD_APIS},
+    "fsdp1": {
+        "sd_full": Fsdp1StateDict("full"),
+        "sd_full_rank0": Fsdp1StateDict("full", rank0_only=True),
+        "sd_full_offload": Fsdp1StateDict("full", offload_to_cpu=True),
+        "sd_full_offload_rank0": Fsdp1StateDict("full", offload_to_cpu=True, rank0_only=True),
+        "sd_sharded": Fsdp1StateDict("sharded"),
+        "sd_local": Fsdp1StateDict("local"),
+        "legacy_full_scatter": LegacyFullOptim("scatter"),
+        "legacy_full_shard": LegacyFullOptim("shard"),
+        "legacy_sharded": LegacyShardedOptim(),
+        **DSD_APIS,
+    },
+    "fsdp2": dict(DSD_APIS),
 }
 
 STORAGES: dict[str, Storage] = {
@@ -38,7 +65,7 @@ def builtin_strategy(case: Case) -> Strategy:
     """The strategy a cell of the built-in matrix tests. A factory: Case -> Strategy."""
     try:
         wrapper = WRAPPERS[case.wrapper](case)
-        api = STATE_APIS[(case.wrapper, case.api)]
+        api = STATE_APIS[case.family][case.api]
         storage = STORAGES[case.storage]
     except KeyError as exc:
         raise ValueError(f"no built-in strategy for {case.id}: unknown {exc}") from None

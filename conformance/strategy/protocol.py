@@ -15,20 +15,30 @@ from conformance.world import RankContext
 StateDict = dict[str, Any]
 
 
+@dataclass
+class TrainState:
+    """What a checkpoint must carry: the wrapped model, its optimizer, and an LR scheduler
+    when the cell has one (its state is part of the checkpoint too)."""
+
+    model: nn.Module
+    optim: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+
+
 @runtime_checkable
 class Strategy(Protocol):
     """What a checkpoint strategy must do; every method runs on every rank of the world.
 
-    The harness builds the model, calls `wrap`, builds the optimizer over the wrapped
-    model's parameters, trains, calls `save`; then builds a fresh model (other weights),
-    `wrap`s it, builds a fresh optimizer, calls `load`, and compares.
+    The harness builds the model, calls `wrap`, builds the optimizer (and scheduler) over the
+    wrapped model's parameters, trains, calls `save`; then builds a fresh model (other
+    weights), `wrap`s it, builds a fresh optimizer and scheduler, calls `load`, and compares.
     """
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module: ...
 
-    def save(self, model: nn.Module, optim: torch.optim.Optimizer, path: Path, ctx: RankContext) -> None: ...
+    def save(self, state: TrainState, path: Path, ctx: RankContext) -> None: ...
 
-    def load(self, model: nn.Module, optim: torch.optim.Optimizer, path: Path, ctx: RankContext) -> None: ...
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None: ...
 
 
 class Wrapper(Protocol):
@@ -49,7 +59,8 @@ class Storage(Protocol):
 
 @dataclass(frozen=True)
 class ComposedStrategy:
-    """A built-in strategy: wrapper x state-dict API x storage."""
+    """A built-in strategy: wrapper x state-dict API x storage. The scheduler's own
+    state_dict() travels beside the model and optimizer, under "scheduler"."""
 
     wrapper: Wrapper
     api: StateApi
@@ -58,9 +69,17 @@ class ComposedStrategy:
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
         return self.wrapper.wrap(model, ctx)
 
-    def save(self, model: nn.Module, optim: torch.optim.Optimizer, path: Path, ctx: RankContext) -> None:
-        self.storage.save(self.api.get(model, optim), path, ctx)
+    def _state_dict(self, state: TrainState) -> StateDict:
+        out = self.api.get(state.model, state.optim)
+        if state.scheduler is not None:
+            out["scheduler"] = state.scheduler.state_dict()
+        return out
 
-    def load(self, model: nn.Module, optim: torch.optim.Optimizer, path: Path, ctx: RankContext) -> None:
-        state = self.storage.load(path, ctx, lambda: self.api.get(model, optim))
-        self.api.set(model, optim, state)
+    def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        self.storage.save(self._state_dict(state), path, ctx)
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        loaded = self.storage.load(path, ctx, lambda: self._state_dict(state))
+        self.api.set(state.model, state.optim, loaded)
+        if state.scheduler is not None:
+            state.scheduler.load_state_dict(loaded["scheduler"])

@@ -73,15 +73,23 @@ class Fsdp1StateDict:
 
 @dataclass(frozen=True)
 class DistributedStateDict:
-    """torch.distributed.checkpoint.state_dict: get_state_dict / set_state_dict."""
+    """torch.distributed.checkpoint.state_dict: get_state_dict / set_state_dict.
+
+    broadcast_from_rank0: on load only rank 0 passes the state; set_state_dict broadcasts it.
+    """
 
     full_state_dict: bool
     cpu_offload: bool = False
+    broadcast_from_rank0: bool = False
 
-    def _options(self):  # type: ignore[no-untyped-def]
+    def _options(self, *, loading: bool = False):  # type: ignore[no-untyped-def]
         from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-        return StateDictOptions(full_state_dict=self.full_state_dict, cpu_offload=self.cpu_offload)
+        return StateDictOptions(
+            full_state_dict=self.full_state_dict,
+            cpu_offload=self.cpu_offload,
+            broadcast_from_rank0=self.broadcast_from_rank0 and loading,
+        )
 
     def get(self, model: nn.Module, optim: torch.optim.Optimizer) -> StateDict:
         from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -90,12 +98,86 @@ class DistributedStateDict:
         return {"model": model_sd, "optim": optim_sd}
 
     def set(self, model: nn.Module, optim: torch.optim.Optimizer, state: StateDict) -> None:
+        import torch.distributed as dist
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
+        if self.broadcast_from_rank0:
+            # The documented recipe: only rank 0 holds the state, the others pass {}. It goes
+            # through the per-part functions: set_state_dict itself treats an empty model
+            # state dict as "optimizer only" and skips the broadcast rank 0 enters (a hang).
+            from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+            rank0 = dist.get_rank() == 0
+            set_model_state_dict(model, state["model"] if rank0 else {}, options=self._options(loading=True))
+            set_optimizer_state_dict(
+                model, optim, state["optim"] if rank0 else {}, options=self._options(loading=True)
+            )
+            return
         set_state_dict(
             model,
             optim,
             model_state_dict=state["model"],
             optim_state_dict=state["optim"],
-            options=self._options(),
+            options=self._options(loading=True),
         )
+
+
+@dataclass(frozen=True)
+class LegacyFullOptim:
+    """FSDP1's older full optimizer functions, as in the widely copied FSDP tutorial: the model
+    under FULL_STATE_DICT; the optimizer through full_optim_state_dict (rank 0), re-keyed to
+    parameter ids like a plain optimizer.state_dict(); on load re-keyed back to names, then
+    scatter_full_optim_state_dict (rank 0 holds it, scatters) or shard_full_optim_state_dict
+    (every rank holds it)."""
+
+    load_with: str  # scatter | shard
+
+    def get(self, model: nn.Module, optim: torch.optim.Optimizer) -> StateDict:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import OptimStateKeyType, StateDictType
+
+        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
+            model_sd = model.state_dict()
+        osd = FSDP.full_optim_state_dict(model, optim)  # rank 0 only; {} elsewhere
+        if osd:
+            osd = FSDP.rekey_optim_state_dict(osd, OptimStateKeyType.PARAM_ID, model, optim=optim)
+        return {"model": model_sd, "optim": osd}
+
+    def set(self, model: nn.Module, optim: torch.optim.Optimizer, state: StateDict) -> None:
+        import torch.distributed as dist
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import OptimStateKeyType, StateDictType
+
+        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
+            model.load_state_dict(state["model"])
+        osd = state["optim"]
+        if osd:
+            osd = FSDP.rekey_optim_state_dict(osd, OptimStateKeyType.PARAM_NAME, model, optim=optim)
+        if self.load_with == "scatter":
+            sharded = FSDP.scatter_full_optim_state_dict(
+                osd if dist.get_rank() == 0 else None, model, optim=optim
+            )
+        else:
+            sharded = FSDP.shard_full_optim_state_dict(osd, model, optim=optim)
+        optim.load_state_dict(sharded)
+
+
+@dataclass(frozen=True)
+class LegacyShardedOptim:
+    """FSDP1 SHARDED_STATE_DICT for the model; sharded_optim_state_dict on save and
+    flatten_sharded_optim_state_dict on load for the optimizer."""
+
+    def get(self, model: nn.Module, optim: torch.optim.Optimizer) -> StateDict:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import StateDictType
+
+        with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+            return {"model": model.state_dict(), "optim": FSDP.sharded_optim_state_dict(model, optim)}
+
+    def set(self, model: nn.Module, optim: torch.optim.Optimizer, state: StateDict) -> None:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import StateDictType
+
+        with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+            model.load_state_dict(state["model"])
+            optim.load_state_dict(FSDP.flatten_sharded_optim_state_dict(state["optim"], model, optim))

@@ -57,6 +57,31 @@ def _reset_globals(seed: int) -> None:
     torch.set_default_dtype(torch.float32)
 
 
+def _clear_dtensor_caches() -> None:
+    """DTensor caches sharding plans by DeviceMesh equality, which ignores the process groups:
+    after a cell's groups are destroyed, a plan cached in it would hand the next cell's
+    DTensors a mesh whose groups no longer exist. Clear every such cache this torch has."""
+    import torch
+
+    dispatcher = getattr(getattr(torch.distributed, "tensor", None), "DTensor", None)
+    propagator = getattr(getattr(dispatcher, "_op_dispatcher", None), "sharding_propagator", None)
+    holders = [propagator, type(propagator) if propagator is not None else None]
+    try:
+        from torch.distributed.tensor import _redistribute
+
+        holders.append(_redistribute)
+    except ImportError:
+        pass
+    for holder in holders:
+        for name in dir(holder) if holder is not None else ():
+            cached = getattr(holder, name, None)
+            if callable(getattr(cached, "cache_clear", None)):
+                cached.cache_clear()
+    native = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)  # the C++ fast path's
+    if native is not None:
+        native()
+
+
 def _destroy_subgroups() -> None:
     import torch.distributed as dist
     from torch.distributed.distributed_c10d import _world
@@ -153,6 +178,7 @@ def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg
         finally:
             os.chdir(cwd)
             _destroy_subgroups()
+            _clear_dtensor_caches()
             gc.collect()
             gc.freeze()  # survivors (modules a cell imported, caches) are not the next cell's garbage
         try:

@@ -65,7 +65,7 @@ class World:
         root: Path | None = None,
         *,
         start_timeout_s: float = 120.0,
-        error_grace_s: float = 5.0,
+        error_grace_s: float = 1.0,
     ) -> None:
         self.backend = backend
         self.size = size
