@@ -60,7 +60,14 @@ class Slice:
         return out
 
 
+HSDP_SHARDINGS = ("hsdp", "hybrid_shard", "hybrid_shard_zero2")
 EVERY_WRAPPER_AND_API = Slice("every wrapper x API x storage", ALL_WRAPPERS)
+FLAT_WRAPPERS_AND_APIS = Slice(
+    "every 1-D wrapper x API x storage", tuple(w for w in ALL_WRAPPERS if w[1] not in HSDP_SHARDINGS)
+)
+HSDP_WRAPPERS_AND_APIS = Slice(
+    "HSDP x API x storage", tuple(w for w in ALL_WRAPPERS if w[1] in HSDP_SHARDINGS)
+)
 MAIN_SLICE = Slice("main wrappers x main APIs", MAIN_WRAPPERS, MAIN_APIS)
 OPTIMIZER_SLICE = Slice(
     "optimizers", MAIN_WRAPPERS, ("dsd_sharded", "sd_full", "sd_sharded"), optimizers=OPTIMIZERS
@@ -93,18 +100,10 @@ PROFILES: dict[str, Profile] = {
         ),
         Profile(
             "default",
-            "every wrapper x API x storage at 2 ranks (HSDP at 4), optimizers, models, bf16",
+            "every wrapper x API x storage at 2 ranks (HSDP at 4), plus optimizers, models and bf16",
             (
-                (EVERY_WRAPPER_AND_API, (2,)),
-                (
-                    Slice(
-                        "HSDP",
-                        tuple(
-                            w for w in ALL_WRAPPERS if w[1] in ("hsdp", "hybrid_shard", "hybrid_shard_zero2")
-                        ),
-                    ),
-                    (4,),
-                ),
+                (FLAT_WRAPPERS_AND_APIS, (2,)),
+                (HSDP_WRAPPERS_AND_APIS, (4,)),
                 (OPTIMIZER_SLICE, (1, 2)),
                 (MODEL_SLICE, (2,)),
                 (PRECISION_SLICE, (2,)),
@@ -169,7 +168,7 @@ UNSUPPORTED: tuple[Rule, ...] = (
         "cpu_offload): the other ranks' files would be empty",
     ),
     Rule(
-        {"sharding": ("hsdp", "hybrid_shard", "hybrid_shard_zero2"), "world_size": (1, 2, 3)},
+        {"sharding": HSDP_SHARDINGS, "world_size": (1, 2, 3)},
         "HSDP needs a (replicate, shard) mesh of at least 2 x 2 ranks",
     ),
     Rule(
