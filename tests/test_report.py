@@ -75,3 +75,12 @@ def test_baseline_written_from_results_reads_back(tmp_path: Path) -> None:
     assert list(loaded) == ["fsdp2-dsd_full-dcp-adamw-mlp-w2"]
     assert loaded["fsdp2-dsd_full-dcp-adamw-mlp-w2"].outcome is Outcome.ERROR
     assert "setStorage" in loaded["fsdp2-dsd_full-dcp-adamw-mlp-w2"].reason
+
+
+def test_render_command_rebuilds_the_matrix_from_results(tmp_path: Path) -> None:
+    from conformance.__main__ import main
+
+    write_results(tmp_path / "results.json", results_document(ENV, [cell(2, Outcome.PASS, "ok")]))
+    assert main(["render", str(tmp_path / "results.json")]) == 0
+    assert "| pass " in (tmp_path / "matrix.md").read_text()
+    assert main(["render", str(tmp_path / "missing.json")]) == 2

@@ -25,7 +25,9 @@ LEGEND = (
     "FAIL: a difference (see below). ERROR: an exception on some rank. "
     "CRASH: a rank died (signal or exit code). HANG: over the cell timeout. "
     "skip: cannot run in this environment. unsupported: not supported by design, never a pass. "
-    "Buffers: the gathered state holds rank 0's copy; every rank's own copy is compared on that rank."
+    "An empty cell: that world size is not in this profile for the row. "
+    "Buffers (per rank under FSDP): after a load from one rank-0 file every rank must hold rank 0's copy; "
+    "from per-rank files its own; from DCP the one copy DCP kept."
 )
 
 
