@@ -107,7 +107,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         pytest.param(
             case,
             id=case.id,
-            marks=[getattr(pytest.mark, case.kind), getattr(pytest.mark, case.wrapper)],
+            marks=[getattr(pytest.mark, case.kind), getattr(pytest.mark, case.family)],
         )
         for case in cases(metafunc.config.getoption("matrix"))
     ]

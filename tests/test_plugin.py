@@ -132,3 +132,18 @@ def test_interrupted_run_leaves_no_rank_behind(tmp_path: Path, signal_name: str)
     time.sleep(2)
     left = [pid for pid in ranks if alive(pid)]
     assert left == [], f"rank processes left after {signal_name}: {left}"
+
+
+def test_every_cell_is_marked_with_registered_markers(tmp_path: Path) -> None:
+    code, _, log = run_cases(
+        tmp_path,
+        "--matrix",
+        "full",
+        "--collect-only",
+        "-W",
+        "error::pytest.PytestUnknownMarkWarning",
+        "-m",
+        "fsdp1 and local",
+    )
+    assert code == 0, log
+    assert "fsdp1_full_shard+orig-sd_local-torch_save_per_rank" in log or "sd_local" in log
