@@ -100,9 +100,10 @@ PROFILES: dict[str, Profile] = {
         ),
         Profile(
             "default",
-            "every wrapper x API x storage at 2 ranks (HSDP at 4), plus optimizers, models and bf16",
+            "every wrapper x API x storage at 2 ranks (HSDP and the main ones at 4), plus optimizers, models, bf16",
             (
                 (FLAT_WRAPPERS_AND_APIS, (2,)),
+                (MAIN_SLICE, (4,)),
                 (HSDP_WRAPPERS_AND_APIS, (4,)),
                 (OPTIMIZER_SLICE, (1, 2)),
                 (MODEL_SLICE, (2,)),

@@ -23,6 +23,7 @@ FSDP1_LOCAL = Case("fsdp1", "full_shard", "sd_local", "torch_save_per_rank", "ad
 FSDP1_FULL = Case("fsdp1", "full_shard", "sd_full", "torch_save", "adamw", "mlp", 2)
 DDP = Case("ddp", "replicate", "sd_full", "torch_save", "adamw", "mlp", 2)
 BN_PER_RANK = Case("fsdp2", "shard", "dsd_sharded", "torch_save_per_rank", "adamw", "bn_frozen", 2)
+BN_DCP = Case("fsdp2", "shard", "dsd_sharded", "dcp", "adamw", "bn_frozen", 2)
 BN_ONE_FILE = Case("fsdp1", "full_shard", "sd_full", "torch_save", "adam", "bn_frozen", 2)
 TIED = Case("fsdp1+orig", "full_shard", "sd_sharded", "torch_save_per_rank", "sgd", "tied_transformer", 2)
 FSDP2_SCHED = Case("fsdp2", "shard", "dsd_sharded", "dcp", "adamw+sched", "mlp", 2)
@@ -36,7 +37,18 @@ def pool() -> Iterator[WorldPool]:
 
 @pytest.mark.parametrize(
     "case",
-    [FSDP2_SHARDED, FSDP1_SHARDED, FSDP1_LOCAL, FSDP1_FULL, DDP, FSDP2_SCHED, BN_PER_RANK, BN_ONE_FILE, TIED],
+    [
+        FSDP2_SHARDED,
+        FSDP1_SHARDED,
+        FSDP1_LOCAL,
+        FSDP1_FULL,
+        DDP,
+        FSDP2_SCHED,
+        BN_PER_RANK,
+        BN_DCP,
+        BN_ONE_FILE,
+        TIED,
+    ],
     ids=lambda c: c.id,
 )
 def test_control_builtin_strategy_passes(pool: WorldPool, case: Case) -> None:
@@ -101,6 +113,27 @@ BROKEN: list[tuple[Callable[[Case], object], Case, Outcome, list[str]]] = [
         Outcome.ERROR,
         ["VacuousCheckError", "returned the trained model"],
     ),
+    (
+        broken.silently_replicates,
+        FSDP1_FULL,
+        Outcome.FAIL,
+        ["sanity: rank 0 holds 551 of the model's 551", "silently replicated"],
+    ),
+    (
+        broken.replicas_stop_syncing,
+        DDP,
+        Outcome.FAIL,
+        ["sanity: rank 1's parameter #0 differs from replica rank 0's"],
+    ),
+    (broken.drops_scheduler, FSDP2_SCHED, Outcome.FAIL, ["scheduler/last_epoch: expected 3, got 0"]),
+    (
+        broken.resets_running_stats,
+        BN_PER_RANK,
+        Outcome.FAIL,
+        ["rank 1 local state: buffer/bn.num_batches_tracked"],
+    ),
+    (broken.resets_running_stats, BN_DCP, Outcome.FAIL, ["full state: buffer/bn.num_batches_tracked"]),
+    (broken.resets_running_stats, BN_ONE_FILE, Outcome.FAIL, ["full state: buffer/bn.num_batches_tracked"]),
 ]
 
 

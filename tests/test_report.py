@@ -84,3 +84,17 @@ def test_render_command_rebuilds_the_matrix_from_results(tmp_path: Path) -> None
     assert main(["render", str(tmp_path / "results.json")]) == 0
     assert "| pass " in (tmp_path / "matrix.md").read_text()
     assert main(["render", str(tmp_path / "missing.json")]) == 2
+
+
+def test_first_line_of_a_wrapped_exception_is_the_carried_error() -> None:
+    detail = """rank 2 raised CheckpointException first:
+Traceback (most recent call last):
+torch.distributed.checkpoint.api.CheckpointException: CheckpointException ranks:dict_keys([3])
+Traceback (most recent call last): (3, RuntimeError('Missing key'))
+RuntimeError: Missing key in checkpoint state_dict: optim.param_groups.
+--- then rank 0 raised CheckpointException:
+RuntimeError: something else"""
+    assert (
+        first_line(detail)
+        == "rank 2: RuntimeError: Missing key in checkpoint state_dict: optim.param_groups."
+    )

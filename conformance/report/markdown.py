@@ -58,11 +58,16 @@ def first_line(detail: str) -> str:
         return ""
     head = lines[0]
     if head.startswith("rank ") and " raised " in head:
+        # The last exception line of the originating rank's block: for a plain traceback the
+        # exception itself, for a wrapper (DCP's CheckpointException) the error it carries.
+        found = None
         for line in lines[1:]:
-            if line.startswith("--- then"):
+            if line.startswith("--- "):
                 break
             if _EXCEPTION_LINE.match(line):
-                return f"{head.split(' raised ')[0]}: {line}"[:240]
+                found = line
+        if found:
+            return f"{head.split(' raised ')[0]}: {found}"[:240]
     if head.endswith("differences after the round trip:") and len(lines) > 1:
         return f"{head} {lines[1]}"[:240]
     return head[:240]
