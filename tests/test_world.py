@@ -78,10 +78,20 @@ def test_error_on_rank1_comes_first_while_rank0_waits(pool: WorldPool) -> None:
     assert after.status == "ok", after.detail
 
 
-def test_cells_are_isolated_from_each_other(pool: WorldPool) -> None:
+def test_cells_are_isolated_from_each_other() -> None:
+    # Its own pool: this checks the per-cell reset of globals, not recovery after the error,
+    # crash and hang cells the shared pool has served. (Once in ~15 runs under -n 2 the first
+    # leak_state cell on the shared pool errored in dist.new_group; not yet understood, see
+    # the notes on issue 2.)
+    with WorldPool() as pool:
+        _assert_isolated(pool)
+
+
+def _assert_isolated(pool: WorldPool) -> None:
     first = pool.run("gloo", 2, cells.leak_state, None, timeout_s=TIMEOUT_S, seed=11)
     second = pool.run("gloo", 2, cells.leak_state, None, timeout_s=TIMEOUT_S, seed=11)
-    assert first.status == second.status == "ok"
+    assert first.status == "ok", first.detail
+    assert second.status == "ok", second.detail
     assert first.values == second.values  # same seed, grad mode, dtype, groups and cwd
     assert first.values[0]["groups"] == 1  # the sub-group the first cell made is gone
 
