@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.outcome import CellResult, Outcome
+from conformance.outcome import FAILING, CellResult, Outcome
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -62,7 +62,7 @@ def render_baseline(results: list[CellResult], header: str) -> str:
 
     lines = [f"# {line}".rstrip() for line in header.splitlines()]
     for result in sorted(results, key=lambda r: r.id):
-        if result.outcome in (Outcome.FAIL, Outcome.ERROR, Outcome.CRASH, Outcome.HANG):
+        if result.outcome in FAILING:
             lines += [
                 "",
                 f"[{_toml_string(result.id)}]",

@@ -20,6 +20,10 @@ class Outcome(str, enum.Enum):
         return self.value
 
 
+# The outcomes that fail a run unless a baseline expects them.
+FAILING: frozenset[Outcome] = frozenset({Outcome.FAIL, Outcome.ERROR, Outcome.CRASH, Outcome.HANG})
+
+
 @dataclass(frozen=True)
 class CellResult:
     """What one cell produced. Only built-in types, so it travels on an xdist report."""

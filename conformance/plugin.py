@@ -19,19 +19,18 @@ from conformance.baseline import Expectation, load_baseline, render_baseline
 from conformance.case import API_KINDS, Case
 from conformance.check.roundtrip import StrategyFactory
 from conformance.matrix import PROFILES, cases
-from conformance.outcome import CellResult, Outcome
+from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.report.environment import environment
 from conformance.report.markdown import render_markdown
 from conformance.report.results import results_document, write_results
 from conformance.runner import resolve_backend, run_case
-from conformance.strategy.builtin import builtin_strategy
+from conformance.strategy.builtin import STATE_APIS, builtin_strategy
 from conformance.world import WorldPool
 
 PROPERTY = "conformance_cell"
 BASELINE_KEY = pytest.StashKey[dict[str, Expectation]]()
 KIND_MARKERS = sorted(set(API_KINDS.values()))
-WRAPPER_MARKERS = ["ddp", "fsdp1", "fsdp2"]
-FAILING = {Outcome.FAIL, Outcome.ERROR, Outcome.CRASH, Outcome.HANG}
+WRAPPER_MARKERS = sorted(STATE_APIS)  # the wrapper families
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

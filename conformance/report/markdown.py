@@ -8,7 +8,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from conformance.outcome import CellResult, Outcome
+from conformance.outcome import FAILING, CellResult, Outcome
 
 SYMBOLS: dict[Outcome, str] = {
     Outcome.PASS: "pass",
@@ -102,7 +102,7 @@ def render_markdown(environment: dict[str, Any], cells: list[CellResult]) -> str
         "",
     ]
     ordered = sorted(cells, key=lambda c: c.id)
-    problems = [c for c in ordered if c.outcome in (Outcome.FAIL, Outcome.ERROR, Outcome.CRASH, Outcome.HANG)]
+    problems = [c for c in ordered if c.outcome in FAILING]
     if problems:
         lines += ["## Cells that did not pass", ""]
         lines += [f"- `{c.id}`: {c.outcome.value}: {first_line(c.detail)}" for c in problems]

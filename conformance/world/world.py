@@ -76,7 +76,6 @@ class World:
         self._conns: list[Connection] = []
         self._cells = 0
         self._fresh_group = False
-        self._unfinished = False
         self.alive = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -184,16 +183,17 @@ class World:
                 conn.send(message)
         except OSError:
             pass  # a dead rank: its socket reads as EOF below, a crash
-        run = self._collect(t0, timeout_s, offsets)
+        run, unfinished = self._collect(t0, timeout_s, offsets)
         run = CellRun(run.status, run.values, run.detail, time.monotonic() - t0)
         self._fresh_group = run.status != "ok"
-        if run.status in ("crash", "hang") or self._unfinished:
+        if run.status in ("crash", "hang") or unfinished:
             self.kill()  # a rank still inside the cell would pair its collectives with the next
         else:
             shutil.rmtree(cell_dir, ignore_errors=True)
         return run
 
-    def _collect(self, t0: float, timeout_s: float, offsets: dict[int, int]) -> CellRun:
+    def _collect(self, t0: float, timeout_s: float, offsets: dict[int, int]) -> tuple[CellRun, bool]:
+        """How the cell ended, and whether some rank is still inside it."""
         replies: dict[int, RankReply] = {}
         deadline = t0 + timeout_s
         first_error_at: float | None = None
@@ -208,27 +208,26 @@ class World:
                 try:
                     reply = obj.recv()  # type: ignore[union-attr]
                 except (EOFError, OSError):
-                    return self._crash(rank, offsets)
+                    return self._crash(rank, offsets), True
                 replies[rank] = reply
                 if not reply.ok and first_error_at is None:
                     first_error_at = time.monotonic()
         # A rank may have died right after replying, or while another rank errored.
         dead = [r for r, p in enumerate(self._procs) if p.poll() is not None]
         if dead:
-            return self._crash(dead[0], offsets)
+            return self._crash(dead[0], offsets), True
         errors = sorted((r for r in replies.values() if not r.ok), key=lambda r: r.finished_at)
         missing = [r for r in range(self.size) if r not in replies]
-        self._unfinished = bool(missing)
         if errors:
-            return CellRun("error", detail=self._error_detail(errors, missing, offsets))
+            return CellRun("error", detail=self._error_detail(errors, missing, offsets)), bool(missing)
         if missing:
             return CellRun(
                 "hang",
                 detail=f"timed out after {timeout_s:g} s; ranks {missing} did not finish "
                 f"(ranks {sorted(replies)} did). Stacks of every unfinished rank:"
                 + self._dump_stacks(missing, offsets),
-            )
-        return CellRun("ok", values=[replies[r].value for r in range(self.size)])
+            ), True
+        return CellRun("ok", values=[replies[r].value for r in range(self.size)]), False
 
     def _error_detail(self, errors: list[RankReply], missing: list[int], offsets: dict[int, int]) -> str:
         first, rest = errors[0], errors[1:]
