@@ -17,6 +17,9 @@ API_KINDS: dict[str, str] = {
     # FSDP1's older optimizer functions
     "legacy_full_scatter": "full",  # full_optim_state_dict -> scatter_full_optim_state_dict
     "legacy_full_shard": "full",  # full_optim_state_dict -> shard_full_optim_state_dict
+    # the FSDP tutorial: rank 0 loads the full model before wrapping, sync_module_states
+    # broadcasts it, scatter_full_optim_state_dict for the optimizer
+    "legacy_full_rank0_init": "full",
     "legacy_sharded": "sharded",  # sharded_optim_state_dict -> flatten_sharded_optim_state_dict
     # torch.distributed.checkpoint.state_dict get_state_dict / set_state_dict
     "dsd_full": "full",

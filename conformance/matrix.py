@@ -75,6 +75,14 @@ OPTIMIZER_SLICE = Slice(
 MODEL_SLICE = Slice(
     "models", MAIN_WRAPPERS, ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"), models=MODELS
 )
+# The expert-parallelism recipe: experts sharded on sub-groups, the rest on the world. Its
+# seed row is fsdp1_full_shard-sd_sharded-torch_save_per_rank-adamw-moe (SHARDED_STATE_DICT,
+# one file per rank).
+MOE_SLICE = Slice(
+    "mixture of experts on expert-parallel sub-groups",
+    (("fsdp1", "full_shard"), ("fsdp1+orig", "full_shard"), ("fsdp2", "shard")),
+    models=("moe",),
+)
 PRECISION_SLICE = Slice(
     "bf16 mixed precision",
     MAIN_WRAPPERS,
@@ -107,6 +115,7 @@ PROFILES: dict[str, Profile] = {
                 (HSDP_WRAPPERS_AND_APIS, (4,)),
                 (OPTIMIZER_SLICE, (1, 2)),
                 (MODEL_SLICE, (2,)),
+                (MOE_SLICE, (2, 4)),
                 (PRECISION_SLICE, (2,)),
             ),
         ),
@@ -117,6 +126,7 @@ PROFILES: dict[str, Profile] = {
                 (EVERY_WRAPPER_AND_API, (1, 2, 4)),
                 (OPTIMIZER_SLICE, (1, 2, 4)),
                 (MODEL_SLICE, (1, 2, 4)),
+                (MOE_SLICE, (1, 2, 4)),
                 (PRECISION_SLICE, (1, 2, 4)),
             ),
         ),
@@ -143,6 +153,7 @@ _ONE_FILE = (
 RANK0_ONLY_APIS = (
     "dsd_full_bcast",
     "dsd_full_offload",
+    "legacy_full_rank0_init",
     "legacy_full_scatter",
     "legacy_full_shard",
     "sd_full_offload_rank0",
@@ -181,6 +192,24 @@ UNSUPPORTED: tuple[Rule, ...] = (
         {"wrapper": "fsdp1", "optimizer": "adamw+groups"},
         "FSDP1 without use_orig_params gives the optimizer one flat parameter per unit: weights and "
         "biases cannot go in separate param groups",
+    ),
+    Rule(
+        {"model": "moe", "world_size": 1},
+        "expert parallelism needs at least 2 ranks: one rank holds every expert",
+    ),
+    Rule(
+        {"model": "moe", "storage": "torch_save"},
+        "each rank holds its own expert under the same name (experts.0): one file written by rank 0 "
+        "holds rank 0's expert only",
+    ),
+    Rule(
+        {"model": "moe", "family": "ddp"},
+        "DDP all-reduces every parameter over the whole world: experts held by some ranks only need "
+        "their own groups",
+    ),
+    Rule(
+        {"model": "moe", "sharding": HSDP_SHARDINGS},
+        "expert parallelism on an HSDP mesh is not built into the suite yet",
     ),
     Rule(
         {"family": "ddp", "precision": "bf16"},

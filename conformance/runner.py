@@ -26,8 +26,16 @@ def resolve_backend(choice: str) -> str:
     return choice
 
 
+# API tokens that need the module on a GPU while wrapping: FSDP1's sync_module_states=True
+# raises "The module has CPU parameters or buffers when `sync_module_states=True`, which
+# requires them to be on GPU" for CPU modules (torch 2.13).
+GPU_ONLY_APIS = {"legacy_full_rank0_init": "FSDP1 sync_module_states=True refuses CPU modules"}
+
+
 def environment_skip(case: Case, backend: str) -> str | None:
     """Why this cell cannot run here, or None."""
+    if backend == "gloo" and case.api in GPU_ONLY_APIS:
+        return f"needs a GPU (nccl): {GPU_ONLY_APIS[case.api]}"
     if backend == "nccl":
         visible = torch.cuda.device_count()
         if visible < case.world_size:

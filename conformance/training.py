@@ -95,26 +95,72 @@ class BatchNormFrozen(nn.Module):
     loss = UnevenMLP.loss
 
 
+class ExpertParallelMoE(nn.Module):
+    """A mixture-of-experts block laid out for expert parallelism, as fairscale's MoELayer and
+    DeepSpeed lay it out: each rank holds its local expert under the same name on every rank
+    (`experts.0`), and which expert it is depends on the rank.
+
+    With E = `experts_in(world_size)` experts, rank r holds expert r % E, so expert k lives on
+    the ranks {k, k + E, ...}: its expert-data-parallel group, on which the wrapper shards it
+    (`expert_group`). The dense layers and the router are the same on every rank and sharded
+    over the whole world. Each rank's tokens go through its own expert, gated by the router:
+    the all-to-all dispatch of real expert parallelism moves activations, not checkpoint
+    state, and is left out.
+    """
+
+    wrap_units: tuple[type[nn.Module], ...] = ()
+    expert_parallel = True
+    max_experts = 2
+
+    def __init__(self, expert: int = 0) -> None:
+        super().__init__()
+        self.inp = nn.Linear(13, 16)
+        self.router = nn.Linear(16, 1)
+        self.head = nn.Linear(16, 5)
+        with torch.random.fork_rng(devices=[]):  # expert k's weights depend on (seed, k) only
+            torch.manual_seed(torch.initial_seed() * 31 + 7 + expert)
+            ffn = nn.Sequential(nn.Linear(16, 24), nn.ReLU(), nn.Linear(24, 16))
+        self.experts = nn.ModuleDict({"0": ffn})  # the local expert's name is the same on every rank
+        self.expert_index = expert
+
+    @classmethod
+    def experts_in(cls, world_size: int) -> int:
+        return min(cls.max_experts, world_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = torch.relu(self.inp(x))
+        (expert,) = self.experts.values()
+        return self.head(hidden + torch.sigmoid(self.router(hidden)) * expert(hidden))
+
+    batch = UnevenMLP.batch
+    loss = UnevenMLP.loss
+
+
 MODELS: dict[str, type[nn.Module]] = {
     "mlp": UnevenMLP,
     "tied_transformer": TiedTransformer,
     "bn_frozen": BatchNormFrozen,
+    "moe": ExpertParallelMoE,
 }
 
 
-def build_model(name: str, seed: int) -> nn.Module:
-    """The same weights on every rank for the same seed (FSDP needs identical inits)."""
+def build_model(name: str, seed: int, rank: int = 0, world_size: int = 1) -> nn.Module:
+    """The same weights on every rank for the same seed (FSDP needs identical inits); an
+    expert-parallel model holds the expert of its rank."""
     try:
         cls = MODELS[name]
     except KeyError:
         raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS)}") from None
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
+        if getattr(cls, "expert_parallel", False):
+            return cls(expert=rank % cls.experts_in(world_size))  # type: ignore[attr-defined,call-arg]
         return cls()
 
 
 def total_elements(name: str) -> int:
-    """Parameter elements of the unwrapped model: what a replica holds."""
+    """Parameter elements of the unwrapped model: what a replica holds (with one expert, for
+    an expert-parallel model: what one rank would hold unsharded)."""
     return sum(p.numel() for p in build_model(name, 0).parameters())
 
 

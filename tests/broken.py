@@ -156,6 +156,33 @@ class ResetsRunningStats(Delegating):
                 module.reset_running_stats()
 
 
+class PreloadsOnRankZeroOnly(Delegating):
+    """The FSDP tutorial's resume without sync_module_states=True: rank 0 loads the full model
+    into the unwrapped module before wrapping, nobody broadcasts it, and the load itself only
+    restores the optimizer; the other ranks keep their fresh shards. (Built on FSDP1 full.)"""
+
+    every_rank = False
+
+    def load_before_wrap(self, model, path, ctx):  # type: ignore[no-untyped-def]
+        if self.every_rank or ctx.rank == 0:
+            model.load_state_dict(torch.load(path / "checkpoint.pt", weights_only=False)["model"])
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import StateDictType
+
+        saved = torch.load(path / "checkpoint.pt", weights_only=False)
+        with FSDP.state_dict_type(state.model, StateDictType.FULL_STATE_DICT):
+            osd = FSDP.optim_state_dict_to_load(state.model, state.optim, saved["optim"])
+        state.optim.load_state_dict(osd)
+
+
+class PreloadsOnEveryRank(PreloadsOnRankZeroOnly):
+    """The control: every rank loads the full model before wrapping (no broadcast needed)."""
+
+    every_rank = True
+
+
 def _factory(cls: type[Delegating], name: str):  # type: ignore[no-untyped-def]
     """A module-level factory Case -> Strategy, picklable by its name in this module."""
 
@@ -179,3 +206,5 @@ silently_replicates = _factory(SilentlyReplicates, "silently_replicates")
 replicas_stop_syncing = _factory(ReplicasStopSyncing, "replicas_stop_syncing")
 drops_scheduler = _factory(DropsScheduler, "drops_scheduler")
 resets_running_stats = _factory(ResetsRunningStats, "resets_running_stats")
+preloads_on_rank_zero_only = _factory(PreloadsOnRankZeroOnly, "preloads_on_rank_zero_only")
+preloads_on_every_rank = _factory(PreloadsOnEveryRank, "preloads_on_every_rank")

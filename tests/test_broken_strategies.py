@@ -57,6 +57,15 @@ def test_control_builtin_strategy_passes(pool: WorldPool, case: Case) -> None:
     assert "bitwise equal" in result.detail
 
 
+def test_control_preloading_strategy_passes(pool: WorldPool) -> None:
+    """load_before_wrap: the harness sets its checked fresh model aside without calling the
+    preloaded one vacuous, and compares the model that was loaded before wrapping."""
+    result = run_case(
+        pool, FSDP1_FULL, backend="gloo", timeout_s=60, strategy_factory=broken.preloads_on_every_rank
+    )
+    assert result.outcome is Outcome.PASS, result.detail
+
+
 BROKEN: list[tuple[Callable[[Case], object], Case, Outcome, list[str]]] = [
     (
         broken.no_op_load,
@@ -134,6 +143,12 @@ BROKEN: list[tuple[Callable[[Case], object], Case, Outcome, list[str]]] = [
     ),
     (broken.resets_running_stats, BN_DCP, Outcome.FAIL, ["full state: buffer/bn.num_batches_tracked"]),
     (broken.resets_running_stats, BN_ONE_FILE, Outcome.FAIL, ["full state: buffer/bn.num_batches_tracked"]),
+    (
+        broken.preloads_on_rank_zero_only,
+        FSDP1_FULL,
+        Outcome.FAIL,
+        ["full state: param/fc1._flat_param: values differ", "rank 1 local state: param/"],
+    ),
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 
 import pytest
+import torch
 
 from conformance.case import Case
 from conformance.matrix import PROFILES, cases, unsupported_reason
@@ -102,3 +103,36 @@ def test_default_profile_is_big_enough_and_covers_every_axis_value() -> None:
     assert {c.storage for c in runnable} == set(STORAGES)
     assert {c.optimizer for c in runnable} == set(OPTIMIZERS)
     assert {c.precision for c in runnable} == {"fp32", "bf16"}
+
+
+def test_seed_recipes_are_rows_of_the_default_matrix() -> None:
+    ids = {c.id for c in cases("default")}
+    assert "fsdp1_full_shard-legacy_full_scatter-torch_save-adamw-mlp-w2" in ids  # tutorial, scatter
+    assert "fsdp1_full_shard-legacy_full_rank0_init-torch_save-adamw-mlp-w2" in ids  # tutorial, rank-0 load
+    assert "fsdp1_full_shard-sd_sharded-torch_save_per_rank-adamw-mlp-w2" in ids  # per-rank sharded files
+    assert "fsdp1_full_shard-sd_sharded-torch_save_per_rank-adamw-moe-w4" in ids  # MoE experts on sub-groups
+
+
+def test_expert_parallel_layout() -> None:
+    from conformance.strategy.wrappers import expert_ranks
+    from conformance.training import build_model
+
+    assert expert_ranks(4, 2) == [[0, 2], [1, 3]]
+    assert expert_ranks(2, 2) == [[0], [1]]
+    rank0, rank1, rank2 = (build_model("moe", 7, rank, 4) for rank in range(3))
+    assert list(dict(rank0.named_parameters())) == list(dict(rank1.named_parameters()))  # same names
+    assert not torch.equal(rank0.experts["0"][0].weight, rank1.experts["0"][0].weight)  # other expert
+    assert torch.equal(rank0.experts["0"][0].weight, rank2.experts["0"][0].weight)  # same expert
+    assert torch.equal(rank0.inp.weight, rank1.inp.weight)  # dense layers: identical everywhere
+    moe = Case("fsdp1", "full_shard", "sd_full", "torch_save", "adamw", "moe", 2)
+    assert "rank 0's expert only" in (unsupported_reason(moe) or "")
+    assert "at least 2 ranks" in (
+        unsupported_reason(Case("fsdp2", "shard", "dsd_sharded", "dcp", "adamw", "moe", 1)) or ""
+    )
+
+
+def test_gpu_only_recipe_is_an_environment_skip_on_gloo() -> None:
+    from conformance.runner import environment_skip
+
+    case = Case("fsdp1", "full_shard", "legacy_full_rank0_init", "torch_save", "adamw", "mlp", 2)
+    assert "sync_module_states=True refuses CPU modules" in (environment_skip(case, "gloo") or "")

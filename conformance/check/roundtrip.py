@@ -69,8 +69,13 @@ def _limit(lines: list[str]) -> list[str]:
     return [*lines[:MAX_REPORTED], f"... and {len(lines) - MAX_REPORTED} more differences"]
 
 
-def _fresh_state(strategy: Strategy, case: Case, ctx: RankContext, seed: int) -> TrainState:
-    model = strategy.wrap(build_model(case.model, seed=seed), ctx)
+def _fresh_state(
+    strategy: Strategy, case: Case, ctx: RankContext, seed: int, preload: Callable[[Any], None] | None = None
+) -> TrainState:
+    model = build_model(case.model, seed, ctx.rank, ctx.world_size)
+    if preload is not None:
+        preload(model)
+    model = strategy.wrap(model, ctx)
     optim, scheduler = build_optimizer(case.optimizer, model)
     return TrainState(model, optim, scheduler)
 
@@ -127,6 +132,11 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
             "the fresh model already equals the trained one: a load could not be told from no load"
         )
 
+    load_before_wrap = getattr(strategy, "load_before_wrap", None)
+    if callable(load_before_wrap):  # the model checked above is set aside for one loaded before wrapping
+        fresh = _fresh_state(
+            strategy, case, ctx, seed=ctx.seed + 1, preload=lambda model: load_before_wrap(model, path, ctx)
+        )
     strategy.load(fresh, path, ctx)
     after_local = local_state(fresh.model, fresh.optim, fresh.scheduler)
     after_full = full_state(fresh.model, fresh.optim, fresh.scheduler, ctx, sharded=sharded)

@@ -5,23 +5,40 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from conformance.case import Case
-from conformance.strategy.protocol import ComposedStrategy, StateApi, Storage, Strategy, Wrapper
+from conformance.strategy.protocol import (
+    ComposedStrategy,
+    PreloadingStrategy,
+    StateApi,
+    Storage,
+    Strategy,
+    Wrapper,
+)
 from conformance.strategy.state_apis import (
     DistributedStateDict,
     Fsdp1StateDict,
     LegacyFullOptim,
     LegacyShardedOptim,
     PlainStateDict,
+    TutorialRank0Init,
 )
 from conformance.strategy.storages import DcpDirectory, PerRankFiles, RankZeroFile
 from conformance.strategy.wrappers import DdpWrapper, Fsdp1Wrapper, Fsdp2Wrapper
 
+
+def _fsdp1(case: Case, use_orig_params: bool) -> Fsdp1Wrapper:
+    api = STATE_APIS["fsdp1"].get(case.api)
+    return Fsdp1Wrapper(
+        case.sharding,
+        use_orig_params=use_orig_params,
+        bf16=case.precision == "bf16",
+        sync_module_states=getattr(api, "sync_module_states", False),
+    )
+
+
 WRAPPERS: dict[str, Callable[[Case], Wrapper]] = {
     "ddp": lambda case: DdpWrapper(),
-    "fsdp1": lambda case: Fsdp1Wrapper(case.sharding, bf16=case.precision == "bf16"),
-    "fsdp1+orig": lambda case: Fsdp1Wrapper(
-        case.sharding, use_orig_params=True, bf16=case.precision == "bf16"
-    ),
+    "fsdp1": lambda case: _fsdp1(case, use_orig_params=False),
+    "fsdp1+orig": lambda case: _fsdp1(case, use_orig_params=True),
     "fsdp2": lambda case: Fsdp2Wrapper(hsdp=case.sharding == "hsdp", bf16=case.precision == "bf16"),
     "fsdp2+noreshard": lambda case: Fsdp2Wrapper(
         hsdp=case.sharding == "hsdp", reshard_after_forward=False, bf16=case.precision == "bf16"
@@ -48,6 +65,7 @@ STATE_APIS: dict[str, dict[str, StateApi]] = {
         "sd_local": Fsdp1StateDict("local"),
         "legacy_full_scatter": LegacyFullOptim("scatter"),
         "legacy_full_shard": LegacyFullOptim("shard"),
+        "legacy_full_rank0_init": TutorialRank0Init(),
         "legacy_sharded": LegacyShardedOptim(),
         **DSD_APIS,
     },
@@ -69,4 +87,6 @@ def builtin_strategy(case: Case) -> Strategy:
         storage = STORAGES[case.storage]
     except KeyError as exc:
         raise ValueError(f"no built-in strategy for {case.id}: unknown {exc}") from None
+    if hasattr(api, "before_wrap"):
+        return PreloadingStrategy(wrapper, api, storage)
     return ComposedStrategy(wrapper, api, storage)

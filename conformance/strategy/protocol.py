@@ -32,6 +32,10 @@ class Strategy(Protocol):
     The harness builds the model, calls `wrap`, builds the optimizer (and scheduler) over the
     wrapped model's parameters, trains, calls `save`; then builds a fresh model (other
     weights), `wrap`s it, builds a fresh optimizer and scheduler, calls `load`, and compares.
+
+    Optional: `load_before_wrap(model, path, ctx)`. A strategy that has it gets the fresh,
+    unwrapped model first, to load weights into before `wrap` (the FSDP tutorial loads the
+    full model on rank 0 and wraps with sync_module_states=True).
     """
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module: ...
@@ -46,6 +50,8 @@ class Wrapper(Protocol):
 
 
 class StateApi(Protocol):
+    """Optional: `before_wrap(model, state, rank)`, which loads into the unwrapped model."""
+
     def get(self, model: nn.Module, optim: torch.optim.Optimizer) -> StateDict: ...
 
     def set(self, model: nn.Module, optim: torch.optim.Optimizer, state: StateDict) -> None: ...
@@ -83,3 +89,12 @@ class ComposedStrategy:
         self.api.set(state.model, state.optim, loaded)
         if state.scheduler is not None:
             state.scheduler.load_state_dict(loaded["scheduler"])
+
+
+@dataclass(frozen=True)
+class PreloadingStrategy(ComposedStrategy):
+    """A composed strategy whose state-dict API loads into the unwrapped model before `wrap`."""
+
+    def load_before_wrap(self, model: nn.Module, path: Path, ctx: RankContext) -> None:
+        loaded = self.storage.load(path, ctx, dict)
+        self.api.before_wrap(model, loaded, ctx.rank)  # type: ignore[attr-defined]

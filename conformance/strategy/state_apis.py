@@ -131,12 +131,15 @@ class LegacyFullOptim:
     (every rank holds it)."""
 
     load_with: str  # scatter | shard
+    rank0_only: bool = False
 
     def get(self, model: nn.Module, optim: torch.optim.Optimizer) -> StateDict:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.distributed.fsdp import OptimStateKeyType, StateDictType
+        from torch.distributed.fsdp import api as fsdp_api
 
-        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
+        config = fsdp_api.FullStateDictConfig(rank0_only=self.rank0_only)
+        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, config):
             model_sd = model.state_dict()
         osd = FSDP.full_optim_state_dict(model, optim)  # rank 0 only; {} elsewhere
         if osd:
@@ -146,10 +149,9 @@ class LegacyFullOptim:
     def set(self, model: nn.Module, optim: torch.optim.Optimizer, state: StateDict) -> None:
         import torch.distributed as dist
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-        from torch.distributed.fsdp import OptimStateKeyType, StateDictType
+        from torch.distributed.fsdp import OptimStateKeyType
 
-        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
-            model.load_state_dict(state["model"])
+        self._load_model(model, state)
         osd = state["optim"]
         if osd:
             osd = FSDP.rekey_optim_state_dict(osd, OptimStateKeyType.PARAM_NAME, model, optim=optim)
@@ -160,6 +162,34 @@ class LegacyFullOptim:
         else:
             sharded = FSDP.shard_full_optim_state_dict(osd, model, optim=optim)
         optim.load_state_dict(sharded)
+
+    def _load_model(self, model: nn.Module, state: StateDict) -> None:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import StateDictType
+
+        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
+            model.load_state_dict(state["model"])
+
+
+@dataclass(frozen=True)
+class TutorialRank0Init(LegacyFullOptim):
+    """The FSDP tutorial's resume recipe: the model's full state dict (rank0_only) and
+    full_optim_state_dict in one file; to resume, rank 0 loads the weights into the plain,
+    unwrapped model (`before_wrap`), FSDP(sync_module_states=True) broadcasts them to the
+    other ranks while wrapping, and scatter_full_optim_state_dict hands each rank its
+    optimizer shard. (The tutorial also sets offload_to_cpu=True: the sd_full_offload_rank0
+    row has that half.)"""
+
+    load_with: str = "scatter"
+    rank0_only: bool = True
+    sync_module_states = True  # what the wrapper must do for this API
+
+    def before_wrap(self, model: nn.Module, state: StateDict, rank: int) -> None:
+        if rank == 0:
+            model.load_state_dict(state["model"])
+
+    def _load_model(self, model: nn.Module, state: StateDict) -> None:
+        pass  # loaded before wrapping
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 Each model class names its wrap units (`wrap_units`): the modules FSDP wraps on their own
 under the root (Linear layers of the MLP; encoder layers of the transformer, so that tied
-embeddings stay in the root's unit).
+embeddings stay in the root's unit). An expert-parallel model's experts (`experts`) are
+wrapped first, each on its expert-data-parallel group, as users of expert parallelism do;
+the root then shards the rest over the whole world.
 """
 
 from __future__ import annotations
@@ -35,6 +37,38 @@ def shard_group_size(sharding: str, world_size: int) -> int:
     return world_size
 
 
+def local_experts(model: nn.Module) -> nn.ModuleDict | None:
+    """The experts of an expert-parallel model (see training.ExpertParallelMoE), else None."""
+    return model.experts if getattr(model, "expert_parallel", False) else None  # type: ignore[return-value]
+
+
+def expert_ranks(world_size: int, experts: int) -> list[list[int]]:
+    """Expert k lives on ranks k, k + E, k + 2E, ...: the expert-data-parallel groups."""
+    return [list(range(k, world_size, experts)) for k in range(experts)]
+
+
+def expert_group(ctx: RankContext, experts: int):  # type: ignore[no-untyped-def]
+    """This rank's expert-data-parallel process group (every rank creates every group)."""
+    import torch.distributed as dist
+
+    groups = [dist.new_group(ranks) for ranks in expert_ranks(ctx.world_size, experts)]
+    return groups[ctx.rank % experts]
+
+
+def expert_mesh(ctx: RankContext, experts: int):  # type: ignore[no-untyped-def]
+    """The same groups as a 1-D sub-mesh: dimension "edp" of an (edp, ep) mesh."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(
+        ctx.device.type, (ctx.world_size // experts, experts), mesh_dim_names=("edp", "ep")
+    )
+    return mesh["edp"]
+
+
+def _experts_in(model: nn.Module, ctx: RankContext) -> int:
+    return model.experts_in(ctx.world_size)  # type: ignore[operator]
+
+
 @dataclass(frozen=True)
 class DdpWrapper:
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
@@ -62,6 +96,7 @@ class Fsdp1Wrapper:
     sharding: str  # a ShardingStrategy name, lower case
     use_orig_params: bool = False
     bf16: bool = False
+    sync_module_states: bool = False  # broadcast rank 0's weights while wrapping
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -69,14 +104,26 @@ class Fsdp1Wrapper:
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
         mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16) if self.bf16 else None
+        common = {
+            "sharding_strategy": fsdp1_sharding_strategy(self.sharding),
+            "device_id": ctx.device,
+            "use_orig_params": self.use_orig_params,
+            "mixed_precision": mp,
+            "sync_module_states": self.sync_module_states,
+        }
+        experts = local_experts(model)
+        if experts is not None:
+            if self.sharding in HYBRID:
+                raise ValueError("expert parallelism with FSDP1 HSDP is not built")
+            group = expert_group(ctx, _experts_in(model, ctx))
+            for name in list(experts):
+                experts[name] = FSDP(experts[name], process_group=group, **common)
+            return FSDP(model, **common)  # auto-wrapping refuses already wrapped children
         return FSDP(
             model,
-            sharding_strategy=fsdp1_sharding_strategy(self.sharding),
             auto_wrap_policy=ModuleWrapPolicy(set(getattr(model, "wrap_units", (nn.Linear,)))),
-            device_id=ctx.device,
             device_mesh=hsdp_mesh(ctx) if self.sharding in HYBRID else None,
-            use_orig_params=self.use_orig_params,
-            mixed_precision=mp,
+            **common,
         )
 
 
@@ -115,6 +162,13 @@ class Fsdp2Wrapper:
                 param_dtype=torch.bfloat16, reduce_dtype=torch.float32
             )
         model = model.to(ctx.device)
+        experts = local_experts(model)
+        if experts is not None:
+            if self.hsdp:
+                raise ValueError("expert parallelism with FSDP2 HSDP is not built")
+            sub_mesh = expert_mesh(ctx, _experts_in(model, ctx))
+            for expert in experts.values():
+                fully_shard(expert, **{**kwargs, "mesh": sub_mesh})
         units = tuple(getattr(model, "wrap_units", (nn.Linear,)))
         for module in list(model.modules())[1:]:
             if isinstance(module, units):
