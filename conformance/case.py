@@ -31,7 +31,7 @@ API_KINDS: dict[str, str] = {
 
 # Axis values that are the default of their wrapper family are left out of the id to keep it
 # short; they are still in `axes()` and in results.json.
-DEFAULT_SHARDING: dict[str, str] = {"ddp": "replicate", "fsdp2": "shard"}
+DEFAULT_SHARDING: dict[str, str] = {"ddp": "replicate", "fsdp2": "shard", "plain": "none"}
 DEFAULT_PRECISION = "fp32"
 
 
@@ -47,7 +47,8 @@ class Case:
     model: str  # mlp
     world_size: int
     precision: str = DEFAULT_PRECISION
-    check: str = field(default="roundtrip")
+    check: str = field(default="roundtrip")  # roundtrip | resume | hygiene | corrupt
+    variant: str = ""  # what the check varies, e.g. the corruption of a corrupt cell
 
     def __post_init__(self) -> None:
         if self.api not in API_KINDS:
@@ -73,12 +74,23 @@ class Case:
         return f"{token}+{option}" if option else token
 
     @property
+    def config(self) -> str:
+        """The strategy without the rest: wrapper token, API and storage."""
+        return f"{self.wrapper_token}-{self.api}-{self.storage}"
+
+    @property
     def id(self) -> str:
-        """Readable and stable: built from the axes only, e.g. fsdp2-dsd_sharded-dcp-adamw-mlp-w2."""
-        parts = [self.wrapper_token, self.api, self.storage, self.optimizer, self.model]
+        """Readable and stable: built from the axes only, e.g. fsdp2-dsd_sharded-dcp-adamw-mlp-w2;
+        other checks than the round trip lead with their name (resume-fsdp2-...) and end with
+        their variant (corrupt-...-w2-truncated)."""
+        parts = [self.config, self.optimizer, self.model]
         if self.precision != DEFAULT_PRECISION:
             parts.append(self.precision)
         parts.append(f"w{self.world_size}")
+        if self.check != "roundtrip":
+            parts.insert(0, self.check)
+        if self.variant:
+            parts.append(self.variant)
         return "-".join(parts)
 
     def axes(self) -> dict[str, str | int]:
@@ -86,4 +98,51 @@ class Case:
         out: dict[str, str | int] = asdict(self)
         out["kind"] = self.kind
         out["family"] = self.family
+        return out
+
+
+@dataclass(frozen=True, order=True)
+class Transfer:
+    """A checkpoint saved by one configuration and loaded by another: resharding (the same
+    strategy in a world of another size) or interop (another wrapper, API or storage)."""
+
+    check: str  # reshard | interop
+    save: Case
+    load: Case
+
+    def __post_init__(self) -> None:
+        if self.check not in ("reshard", "interop"):
+            raise ValueError(f"unknown transfer check {self.check!r}: reshard or interop")
+
+    @property
+    def world_size(self) -> int:
+        return self.save.world_size
+
+    @property
+    def kind(self) -> str:
+        return self.save.kind
+
+    @property
+    def family(self) -> str:
+        return self.save.family
+
+    @property
+    def id(self) -> str:
+        """reshard-<save cell>-to-w<M>; interop-<save config>-to-<load config>-<optimizer>-<model>-w<N>."""
+        if self.check == "reshard":
+            return f"reshard-{self.save.id}-to-w{self.load.world_size}"
+        return f"interop-{self.save.config}-to-{self.load.config}-{self.save.optimizer}-{self.save.model}-w{self.world_size}"
+
+    def axes(self) -> dict[str, str | int]:
+        out: dict[str, str | int] = {"check": self.check}
+        out.update(self.save.axes())
+        out["check"] = self.check
+        out["save_world_size"] = self.save.world_size
+        out["load_world_size"] = self.load.world_size
+        out["load_config"] = self.load.config
+        n, m = self.save.world_size, self.load.world_size
+        out["direction"] = "grow" if m > n else "shrink" if m < n else "same"
+        out["storage_change"] = "yes" if self.save.storage != self.load.storage else "no"
+        for key in ("wrapper", "sharding", "api", "kind", "storage", "family"):
+            out[f"load_{key}"] = self.load.axes()[key]
         return out

@@ -8,11 +8,12 @@ reason; they never count as passes.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from conformance.case import Case
+from conformance.case import Case, Transfer
 from conformance.strategy.builtin import STATE_APIS
 
 FSDP1_SHARDINGS = ("full_shard", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "shard_grad_op")
@@ -47,6 +48,8 @@ class Slice:
     optimizers: tuple[str, ...] = ("adamw",)
     models: tuple[str, ...] = ("mlp",)
     precisions: tuple[str, ...] = ("fp32",)
+    check: str = "roundtrip"
+    kinds: tuple[str, ...] | None = None  # only APIs of these state-dict kinds
 
     def cases(self, world_sizes: tuple[int, ...]) -> list[Case]:
         out = []
@@ -56,8 +59,20 @@ class Slice:
             for api, storage, optimizer, model, precision, ws in itertools.product(
                 apis, self.storages, self.optimizers, self.models, self.precisions, world_sizes
             ):
-                out.append(Case(wrapper, sharding, api, storage, optimizer, model, ws, precision))
+                case = Case(wrapper, sharding, api, storage, optimizer, model, ws, precision, self.check)
+                if self.kinds is not None and case.kind not in self.kinds:
+                    continue
+                for variant in VARIANTS.get((self.check, storage), ("",)):
+                    out.append(dataclasses.replace(case, variant=variant))
         return out
+
+
+# What a check varies per storage: the corruptions of a corrupt cell.
+VARIANTS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("corrupt", "torch_save"): ("flipped_bytes", "other_model", "truncated"),
+    ("corrupt", "torch_save_per_rank"): ("flipped_bytes", "missing_shard", "other_model", "truncated"),
+    ("corrupt", "dcp"): ("flipped_bytes", "missing_metadata", "missing_shard", "other_model", "truncated"),
+}
 
 
 HSDP_SHARDINGS = ("hsdp", "hybrid_shard", "hybrid_shard_zero2")
@@ -91,11 +106,39 @@ PRECISION_SLICE = Slice(
 )
 
 
+RESUME_SLICE = Slice("resume", MAIN_WRAPPERS, MAIN_APIS, optimizers=("adamw+sched",), check="resume")
+HYGIENE_SLICE = Slice(
+    "key hygiene", MAIN_WRAPPERS, precisions=("bf16", "fp32"), kinds=("full",), check="hygiene"
+)
+HYGIENE_CI_SLICE = dataclasses.replace(HYGIENE_SLICE, apis=("dsd_full", "sd_full", "sd_full_rank0"))
+CORRUPT_SLICE = Slice(
+    "bad checkpoints",
+    (("ddp", "replicate"), ("fsdp1", "full_shard"), ("fsdp2", "shard")),
+    ("dsd_sharded", "sd_full", "sd_sharded"),
+    check="corrupt",
+)
+RESHARD_SLICE = Slice("resharding", MAIN_WRAPPERS, MAIN_APIS, check="reshard")
+RESHARD_PAIRS: tuple[tuple[int, int], ...] = ((1, 2), (2, 1), (2, 4), (4, 2))
+# The interop grid: configurations people move checkpoints between (wrapper, sharding, api, storage).
+INTEROP_CONFIGS: tuple[tuple[str, str, str, str], ...] = (
+    ("ddp", "replicate", "dsd_sharded", "dcp"),
+    ("ddp", "replicate", "sd_full", "torch_save"),
+    ("fsdp1", "full_shard", "dsd_sharded", "dcp"),
+    ("fsdp1", "full_shard", "sd_full", "torch_save"),
+    ("fsdp1", "full_shard", "sd_sharded", "torch_save_per_rank"),
+    ("fsdp2", "shard", "dsd_full", "torch_save"),
+    ("fsdp2", "shard", "dsd_sharded", "dcp"),
+    ("plain", "none", "sd_full", "torch_save"),
+)
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
     description: str
-    parts: tuple[tuple[Slice, tuple[int, ...]], ...]
+    parts: tuple[tuple[Slice, tuple[int, ...]], ...]  # round trip, resume, hygiene, corrupt
+    reshard: tuple[tuple[Slice, tuple[tuple[int, int], ...]], ...] = ()
+    interop: tuple[int, ...] = ()  # world sizes of the interop grid
 
 
 PROFILES: dict[str, Profile] = {
@@ -103,8 +146,17 @@ PROFILES: dict[str, Profile] = {
     for p in (
         Profile(
             "ci",
-            "the main wrappers and APIs, every optimizer, at world size 2: the slice .ci/run gates on",
-            ((MAIN_SLICE, (2,)), (OPTIMIZER_SLICE, (2,))),
+            "the main wrappers and APIs, every optimizer, at world size 2, and each other check: the slice "
+            ".ci/run gates on",
+            (
+                (MAIN_SLICE, (2,)),
+                (OPTIMIZER_SLICE, (2,)),
+                (RESUME_SLICE, (2,)),
+                (HYGIENE_CI_SLICE, (2,)),
+                (CORRUPT_SLICE, (2,)),
+            ),
+            reshard=((RESHARD_SLICE, ((1, 2), (2, 1))),),
+            interop=(2,),
         ),
         Profile(
             "default",
@@ -117,7 +169,12 @@ PROFILES: dict[str, Profile] = {
                 (MODEL_SLICE, (2,)),
                 (MOE_SLICE, (2, 4)),
                 (PRECISION_SLICE, (2,)),
+                (RESUME_SLICE, (2,)),
+                (HYGIENE_SLICE, (2,)),
+                (CORRUPT_SLICE, (2,)),
             ),
+            reshard=((RESHARD_SLICE, RESHARD_PAIRS),),
+            interop=(2,),
         ),
         Profile(
             "full",
@@ -128,7 +185,12 @@ PROFILES: dict[str, Profile] = {
                 (MODEL_SLICE, (1, 2, 4)),
                 (MOE_SLICE, (1, 2, 4)),
                 (PRECISION_SLICE, (1, 2, 4)),
+                (RESUME_SLICE, (1, 2, 4)),
+                (HYGIENE_SLICE, (1, 2, 4)),
+                (CORRUPT_SLICE, (1, 2, 4)),
             ),
+            reshard=((RESHARD_SLICE, RESHARD_PAIRS),),
+            interop=(1, 2, 4),
         ),
     )
 }
@@ -225,11 +287,87 @@ def unsupported_reason(case: Case) -> str | None:
     return None
 
 
-def cases(profile: str) -> list[Case]:
-    """Every cell of a profile, sorted: ids and order are the same in every run and worker."""
+CHECKS = ("corrupt", "hygiene", "interop", "reshard", "resume", "roundtrip")
+
+
+def _profile(name: str) -> Profile:
     try:
-        parts = PROFILES[profile].parts
+        return PROFILES[name]
     except KeyError:
-        raise ValueError(f"unknown matrix profile {profile!r}; known: {sorted(PROFILES)}") from None
-    unique = {case for slice_, sizes in parts for case in slice_.cases(sizes)}
+        raise ValueError(f"unknown matrix profile {name!r}; known: {sorted(PROFILES)}") from None
+
+
+def cases(profile: str, check: str = "roundtrip") -> list[Case]:
+    """Every cell of a profile for a check run on one configuration, sorted: ids and order are
+    the same in every run and worker."""
+    parts = _profile(profile).parts
+    unique = {case for slice_, sizes in parts if slice_.check == check for case in slice_.cases(sizes)}
     return sorted(unique, key=lambda c: c.id)
+
+
+def transfers(profile: str, check: str) -> list[Transfer]:
+    """Every reshard or interop cell of a profile, sorted by id."""
+    prof = _profile(profile)
+    out: set[Transfer] = set()
+    if check == "reshard":
+        for slice_, pairs in prof.reshard:
+            for case in slice_.cases((1,)):
+                for n, m in pairs:
+                    save = dataclasses.replace(case, check="roundtrip", world_size=n)
+                    out.add(Transfer("reshard", save, dataclasses.replace(save, world_size=m)))
+    elif check == "interop":
+        for ws in prof.interop:
+            configs = [Case(w, s, a, st, "adamw", "mlp", ws) for w, s, a, st in INTEROP_CONFIGS]
+            out.update(Transfer("interop", save, load) for save in configs for load in configs)
+    else:
+        raise ValueError(f"not a transfer check: {check!r}")
+    return sorted(out, key=lambda t: t.id)
+
+
+@dataclass(frozen=True)
+class TransferRule:
+    """A transfer whose axes (Transfer.axes(): the save case's, and load_* for the other side)
+    match `when` cannot load by design: its load must raise."""
+
+    when: dict[str, Any]
+    reason: str
+
+    def matches(self, transfer: Transfer) -> bool:
+        axes = transfer.axes()
+        return all(axes[k] in (v if isinstance(v, tuple) else (v,)) for k, v in self.when.items())
+
+
+REFUSALS: tuple[TransferRule, ...] = (
+    TransferRule(
+        {"check": "reshard", "kind": "local"},
+        "LOCAL_STATE_DICT holds each rank's flat shard as it is: it belongs to one world size",
+    ),
+    TransferRule(
+        {"check": "reshard", "kind": "sharded", "storage": "torch_save_per_rank"},
+        "per-rank files of sharded state: each file is one rank's shard of the saving world",
+    ),
+    TransferRule(
+        {"check": "reshard", "storage": "torch_save_per_rank", "direction": "grow"},
+        "per-rank files: the new ranks have no file to load",
+    ),
+    TransferRule(
+        {"check": "interop", "storage_change": "yes"},
+        "the loading configuration reads another storage format than the saving one wrote",
+    ),
+)
+
+
+def refusal_reason(transfer: Transfer) -> str | None:
+    for rule in REFUSALS:
+        if rule.matches(transfer):
+            return rule.reason
+    return None
+
+
+def transfer_unsupported_reason(transfer: Transfer) -> str | None:
+    """Unsupported when either side is (the round trip's rules), with that side named."""
+    for side, case in (("save", transfer.save), ("load", transfer.load)):
+        reason = unsupported_reason(case)
+        if reason:
+            return f"{side} side ({case.config}): {reason}"
+    return None

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from conformance.baseline import Expectation, load_baseline, render_baseline
-from conformance.case import API_KINDS, Case
+from conformance.case import API_KINDS, Case, Transfer
 from conformance.check.roundtrip import StrategyFactory
-from conformance.matrix import PROFILES, cases
+from conformance.matrix import CHECKS, PROFILES, cases, transfers
 from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.report.environment import environment
 from conformance.report.markdown import render_markdown
@@ -86,6 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{kind}: cells whose checkpoint holds {kind} state dicts")
     for wrapper in WRAPPER_MARKERS:
         config.addinivalue_line("markers", f"{wrapper}: cells that wrap the model with {wrapper}")
+    for check in CHECKS:
+        config.addinivalue_line("markers", f"{check}: cells of the {check} check")
     if config.getoption("case_timeout") <= 0:
         raise pytest.UsageError("--case-timeout must be a positive number of seconds")
     config.pluginmanager.register(ResultCollector(config), "conformance-results")
@@ -99,18 +101,25 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
 
 
+# fixture name -> the check whose cells it takes, one test per cell of the --matrix profile
+CELL_FIXTURES = {"matrix_case": "roundtrip", **{f"{check}_case": check for check in CHECKS}}
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "matrix_case" not in metafunc.fixturenames:
-        return
-    params = [
-        pytest.param(
-            case,
-            id=case.id,
-            marks=[getattr(pytest.mark, case.kind), getattr(pytest.mark, case.family)],
-        )
-        for case in cases(metafunc.config.getoption("matrix"))
-    ]
-    metafunc.parametrize("matrix_case", params)
+    for fixture, check in CELL_FIXTURES.items():
+        if fixture not in metafunc.fixturenames:
+            continue
+        profile = metafunc.config.getoption("matrix")
+        cells = transfers(profile, check) if check in ("reshard", "interop") else cases(profile, check)
+        params = [
+            pytest.param(
+                cell,
+                id=cell.id,
+                marks=[getattr(pytest.mark, m) for m in (cell.kind, cell.family, check)],
+            )
+            for cell in cells
+        ]
+        metafunc.parametrize(fixture, params)
 
 
 @pytest.fixture(scope="session")
@@ -130,7 +139,7 @@ def conformance_cell(
 ) -> Callable[..., CellResult]:
     """Run a case, record its result for the reports, and turn its outcome into pytest's."""
 
-    def run(case: Case, strategy_factory: StrategyFactory = builtin_strategy) -> CellResult:
+    def run(case: Case | Transfer, strategy_factory: StrategyFactory = builtin_strategy) -> CellResult:
         result = run_case(
             world_pool,
             case,

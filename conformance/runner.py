@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
+import traceback
 import zlib
 
 import torch
 
-from conformance.case import Case
+from conformance.case import Case, Transfer
+from conformance.check import corrupt, hygiene, resume, transfer
+from conformance.check.phases import STATUS_OUTCOMES, Phases
 from conformance.check.roundtrip import RoundTrip, StrategyFactory, run_roundtrip
-from conformance.matrix import unsupported_reason
+from conformance.matrix import refusal_reason, transfer_unsupported_reason, unsupported_reason
 from conformance.outcome import CellResult, Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.world import CellRun, WorldPool
 
-STATUS_OUTCOMES = {"error": Outcome.ERROR, "crash": Outcome.CRASH, "hang": Outcome.HANG}
+Cell = Case | Transfer
 
 
 def resolve_backend(choice: str) -> str:
@@ -43,7 +47,7 @@ def environment_skip(case: Case, backend: str) -> str | None:
     return None
 
 
-def case_seed(case: Case) -> int:
+def case_seed(case: Cell) -> int:
     """Stable across runs and xdist workers (Python's hash() is not)."""
     return zlib.crc32(case.id.encode()) % 2**31
 
@@ -64,22 +68,65 @@ def _summarize(case: Case, run: CellRun) -> tuple[Outcome, str]:
     )
 
 
+CHECKS = {"resume": resume.execute, "hygiene": hygiene.execute, "corrupt": corrupt.execute}
+
+
+def _not_here(cell: Cell, backend: str) -> tuple[Outcome, str] | None:
+    if isinstance(cell, Transfer):
+        reason = transfer_unsupported_reason(cell)
+        if reason:
+            return Outcome.UNSUPPORTED, reason
+        for side, case in (("save", cell.save), ("load", cell.load)):
+            reason = environment_skip(case, backend)
+            if reason:
+                return Outcome.SKIP, f"{side} side: {reason}"
+        return None
+    reason = unsupported_reason(dataclasses.replace(cell, check="roundtrip", variant=""))
+    if reason:
+        return Outcome.UNSUPPORTED, reason
+    reason = environment_skip(cell, backend)
+    return (Outcome.SKIP, reason) if reason else None
+
+
 def run_case(
     pool: WorldPool,
-    case: Case,
+    case: Cell,
     *,
     backend: str,
     timeout_s: float,
     strategy_factory: StrategyFactory = builtin_strategy,
 ) -> CellResult:
+    """Run one cell of any check and say how it ended. A fault of the harness itself (in this
+    process) is the cell's error too, with its traceback: never a lost cell."""
+    start = time.monotonic()
+    try:
+        return _run_case(pool, case, backend=backend, timeout_s=timeout_s, strategy_factory=strategy_factory)
+    except Exception:
+        axes = {**case.axes(), "backend": backend}
+        detail = "harness error (in the pytest process, not on a rank):\n" + traceback.format_exc()
+        return CellResult(case.id, axes, Outcome.ERROR, detail, time.monotonic() - start)
+
+
+def _run_case(
+    pool: WorldPool,
+    case: Cell,
+    *,
+    backend: str,
+    timeout_s: float,
+    strategy_factory: StrategyFactory,
+) -> CellResult:
     start = time.monotonic()
     axes = {**case.axes(), "backend": backend}
-    reason = unsupported_reason(case)
-    if reason:
-        return CellResult(case.id, axes, Outcome.UNSUPPORTED, reason, 0.0)
-    reason = environment_skip(case, backend)
-    if reason:
-        return CellResult(case.id, axes, Outcome.SKIP, reason, 0.0)
+    verdict = _not_here(case, backend)
+    if verdict:
+        return CellResult(case.id, axes, verdict[0], verdict[1], 0.0)
+    if case.check != "roundtrip":
+        phases = Phases(pool, backend, timeout_s, seed=case_seed(case))
+        if isinstance(case, Transfer):
+            outcome, detail = transfer.execute(phases, case, refusal_reason(case), strategy_factory)
+        else:
+            outcome, detail = CHECKS[case.check](phases, case, strategy_factory)
+        return CellResult(case.id, axes, outcome, detail, time.monotonic() - start)
     run = pool.run(
         backend,
         case.world_size,

@@ -136,11 +136,22 @@ class ExpertParallelMoE(nn.Module):
     loss = UnevenMLP.loss
 
 
+class ReshapedMLP(UnevenMLP):
+    """The MLP's parameter names with other shapes (fc2 has 8 outputs, not 7): a checkpoint of
+    a different model, for the corrupt check. Not an axis of the matrix."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc2 = nn.Linear(24, 8)
+        self.fc3 = nn.Linear(8, 5)
+
+
 MODELS: dict[str, type[nn.Module]] = {
     "mlp": UnevenMLP,
     "tied_transformer": TiedTransformer,
     "bn_frozen": BatchNormFrozen,
     "moe": ExpertParallelMoE,
+    "mlp_reshaped": ReshapedMLP,
 }
 
 
@@ -217,11 +228,14 @@ def train(
     ctx: RankContext,
     model_name: str,
     steps: int = TRAIN_STEPS,
+    start_step: int = 0,
 ) -> list[float]:
-    """A few steps on per-rank batches; returns the per-step losses."""
+    """A few steps on per-rank batches; returns the per-step losses. The batch of a step
+    depends on (cell seed, rank, step) only: a resumed run from `start_step` sees the same
+    data as the run it resumes."""
     cls = MODELS[model_name]
     losses = []
-    for step in range(steps):
+    for step in range(start_step, start_step + steps):
         gen = torch.Generator().manual_seed(ctx.seed * 1_000_003 + ctx.rank * 1009 + step)
         x, y = (t.to(ctx.device) for t in cls.batch(gen))  # type: ignore[attr-defined]
         loss = cls.loss(model(x), y)  # type: ignore[attr-defined]

@@ -80,15 +80,21 @@ def test_error_on_rank1_comes_first_while_rank0_waits(pool: WorldPool) -> None:
 
 def test_cells_are_isolated_from_each_other() -> None:
     # Its own pool: this checks the per-cell reset of globals, not recovery after the error,
-    # crash and hang cells the shared pool has served. (Once in ~15 runs under -n 2 the first
-    # leak_state cell on the shared pool errored in dist.new_group; not yet understood, see
-    # the notes on issue 2.)
+    # crash and hang cells the shared pool has served.
     with WorldPool() as pool:
         _assert_isolated(pool)
 
 
+GLOO_CONNECT_FLAKE = "Gloo connectFullMesh failed"
+
+
 def _assert_isolated(pool: WorldPool) -> None:
     first = pool.run("gloo", 2, cells.leak_state, None, timeout_s=TIMEOUT_S, seed=11)
+    if first.status == "error" and GLOO_CONNECT_FLAKE in first.detail:
+        # Under -n 2 load, the first dist.new_group of a fresh world has failed to connect its
+        # gloo pair ("Connection closed by peer") in about 1 run in 10; not understood yet (see
+        # issue 2's notes). One retry, for this exact error only: any other failure still fails.
+        first = pool.run("gloo", 2, cells.leak_state, None, timeout_s=TIMEOUT_S, seed=11)
     second = pool.run("gloo", 2, cells.leak_state, None, timeout_s=TIMEOUT_S, seed=11)
     assert first.status == "ok", first.detail
     assert second.status == "ok", second.detail

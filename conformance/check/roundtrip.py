@@ -63,13 +63,13 @@ def _differs_somewhere(trained: Snapshot, fresh: Snapshot) -> bool:
     return any(compare_states({k: trained[k]}, {k: fresh[k]}) for k in keys)
 
 
-def _limit(lines: list[str]) -> list[str]:
+def limit_lines(lines: list[str]) -> list[str]:
     if len(lines) <= MAX_REPORTED:
         return lines
     return [*lines[:MAX_REPORTED], f"... and {len(lines) - MAX_REPORTED} more differences"]
 
 
-def _fresh_state(
+def fresh_state(
     strategy: Strategy, case: Case, ctx: RankContext, seed: int, preload: Callable[[Any], None] | None = None
 ) -> TrainState:
     model = build_model(case.model, seed, ctx.rank, ctx.world_size)
@@ -107,7 +107,7 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     case, sharded = spec.case, flat_sharded(spec.case, ctx.world_size)
     strategy = spec.strategy_factory(case)
 
-    trained = _fresh_state(strategy, case, ctx, seed=ctx.seed)
+    trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
     train(trained.model, trained.optim, trained.scheduler, ctx, case.model)
     failures = sharding_problems(case, ctx, trained.model)
     before_local = local_state(trained.model, trained.optim, trained.scheduler)
@@ -121,7 +121,7 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
         f"rank {ctx.rank}: save changed the live state: {d}" for d in compare_states(before_local, after_save)
     ]
 
-    fresh = _fresh_state(strategy, case, ctx, seed=ctx.seed + 1)
+    fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1)
     if fresh.model is trained.model or fresh.optim is trained.optim:
         raise VacuousCheckError(
             "the strategy returned the trained model again instead of wrapping the fresh one"
@@ -134,7 +134,7 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
 
     load_before_wrap = getattr(strategy, "load_before_wrap", None)
     if callable(load_before_wrap):  # the model checked above is set aside for one loaded before wrapping
-        fresh = _fresh_state(
+        fresh = fresh_state(
             strategy, case, ctx, seed=ctx.seed + 1, preload=lambda model: load_before_wrap(model, path, ctx)
         )
     strategy.load(fresh, path, ctx)
@@ -152,7 +152,7 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     tensors, elements = count_elements(before_full if ctx.rank == 0 else before_local)  # type: ignore[arg-type]
     return {
         "rank": ctx.rank,
-        "failures": _limit(failures),
+        "failures": limit_lines(failures),
         "failure_count": len(failures),
         "compared": {"keys": len(before_local), "tensors": tensors, "elements": elements},
     }

@@ -22,7 +22,10 @@ from conformance.world import RankContext
 
 
 def sharding_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
-    """What is wrong with how the model is spread over the ranks (a collective)."""
+    """What is wrong with how the model is spread over the ranks (a collective). A plain
+    module (no wrapper) trains alone on each rank: nothing to check."""
+    if case.family == "plain":
+        return []
     pieces = [local_tensor(p) for p in model.parameters()]
     local, total = sum(p.numel() for p in pieces), total_elements(case.model)
     group = shard_group_size(case.sharding, ctx.world_size)

@@ -22,7 +22,7 @@ from conformance.strategy.state_apis import (
     TutorialRank0Init,
 )
 from conformance.strategy.storages import DcpDirectory, PerRankFiles, RankZeroFile
-from conformance.strategy.wrappers import DdpWrapper, Fsdp1Wrapper, Fsdp2Wrapper
+from conformance.strategy.wrappers import DdpWrapper, Fsdp1Wrapper, Fsdp2Wrapper, PlainWrapper
 
 
 def _fsdp1(case: Case, use_orig_params: bool) -> Fsdp1Wrapper:
@@ -36,6 +36,7 @@ def _fsdp1(case: Case, use_orig_params: bool) -> Fsdp1Wrapper:
 
 
 WRAPPERS: dict[str, Callable[[Case], Wrapper]] = {
+    "plain": lambda case: PlainWrapper(),
     "ddp": lambda case: DdpWrapper(),
     "fsdp1": lambda case: _fsdp1(case, use_orig_params=False),
     "fsdp1+orig": lambda case: _fsdp1(case, use_orig_params=True),
@@ -70,6 +71,7 @@ STATE_APIS: dict[str, dict[str, StateApi]] = {
         **DSD_APIS,
     },
     "fsdp2": dict(DSD_APIS),
+    "plain": {"sd_full": PlainStateDict()},
 }
 
 STORAGES: dict[str, Storage] = {

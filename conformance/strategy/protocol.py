@@ -36,6 +36,10 @@ class Strategy(Protocol):
     Optional: `load_before_wrap(model, path, ctx)`. A strategy that has it gets the fresh,
     unwrapped model first, to load weights into before `wrap` (the FSDP tutorial loads the
     full model on rank 0 and wraps with sync_module_states=True).
+
+    Optional: `read_model_state(path) -> dict` for full checkpoints: the model state dict the
+    checkpoint holds, read in one process without a process group, as export or inference
+    code would consume it (the hygiene check loads it into the plain model, strict=True).
     """
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module: ...
@@ -62,6 +66,10 @@ class Storage(Protocol):
 
     def load(self, path: Path, ctx: RankContext, template: Callable[[], StateDict]) -> StateDict: ...
 
+    def read(self, path: Path) -> StateDict:
+        """The saved state in one process, no process group (for full checkpoints)."""
+        ...
+
 
 @dataclass(frozen=True)
 class ComposedStrategy:
@@ -83,6 +91,9 @@ class ComposedStrategy:
 
     def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         self.storage.save(self._state_dict(state), path, ctx)
+
+    def read_model_state(self, path: Path) -> StateDict:
+        return self.storage.read(path)["model"]
 
     def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         loaded = self.storage.load(path, ctx, lambda: self._state_dict(state))

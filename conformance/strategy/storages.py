@@ -28,6 +28,9 @@ class RankZeroFile:
     def load(self, path: Path, ctx: RankContext, template: Callable[[], StateDict]) -> StateDict:
         return torch.load(path / self.name, map_location=ctx.device, weights_only=False)
 
+    def read(self, path: Path) -> StateDict:
+        return torch.load(path / self.name, map_location="cpu", weights_only=False)
+
 
 @dataclass(frozen=True)
 class PerRankFiles:
@@ -40,6 +43,10 @@ class PerRankFiles:
 
     def load(self, path: Path, ctx: RankContext, template: Callable[[], StateDict]) -> StateDict:
         return torch.load(path / f"rank{ctx.rank}.pt", map_location=ctx.device, weights_only=False)
+
+    def read(self, path: Path) -> StateDict:
+        """Rank 0's file: where a full state is, every rank's file holds all of it."""
+        return torch.load(path / "rank0.pt", map_location="cpu", weights_only=False)
 
 
 @dataclass(frozen=True)
@@ -57,3 +64,13 @@ class DcpDirectory:
         state = template()
         dcp.load(state, checkpoint_id=str(path))
         return state
+
+    def read(self, path: Path) -> StateDict:
+        """The whole directory as one state dict, without a process group (dcp_to_torch_save)."""
+        import tempfile
+
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        with tempfile.TemporaryDirectory() as tmp:
+            dcp_to_torch_save(str(path), f"{tmp}/checkpoint.pt")
+            return torch.load(f"{tmp}/checkpoint.pt", map_location="cpu", weights_only=False)

@@ -30,7 +30,7 @@ def hsdp_mesh(ctx: RankContext):  # type: ignore[no-untyped-def]
 
 def shard_group_size(sharding: str, world_size: int) -> int:
     """Over how many ranks one copy of the parameters is spread (1: replicated)."""
-    if sharding in ("replicate", "no_shard"):
+    if sharding in ("replicate", "no_shard", "none"):
         return 1
     if sharding in HYBRID:
         return world_size // 2
@@ -67,6 +67,15 @@ def expert_mesh(ctx: RankContext, experts: int):  # type: ignore[no-untyped-def]
 
 def _experts_in(model: nn.Module, ctx: RankContext) -> int:
     return model.experts_in(ctx.world_size)  # type: ignore[operator]
+
+
+@dataclass(frozen=True)
+class PlainWrapper:
+    """No wrapper: the plain module on every rank, each rank training alone (a consumer of
+    checkpoints, e.g. for inference or export)."""
+
+    def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
+        return model.to(ctx.device)
 
 
 @dataclass(frozen=True)

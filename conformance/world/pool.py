@@ -1,4 +1,6 @@
-"""The worlds of one pytest process: one live world per (backend, world size), started lazily."""
+"""The worlds of one pytest process: one live world per (backend, world size, slot), started
+lazily. The slot keeps apart worlds that must not share processes: a resumed run goes to a
+world that never ran the run it resumes."""
 
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ class WorldPool:
     def __init__(self, root: Path | None = None, *, start_timeout_s: float = 120.0) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="conformance-worlds-", dir=root))
         self.start_timeout_s = start_timeout_s
-        self._worlds: dict[tuple[str, int], World] = {}
+        self._worlds: dict[tuple[str, int, str], World] = {}
         self.started = 0  # how many worlds this pool has started: a fresh one after each crash/hang
 
-    def world(self, backend: str, size: int) -> World:
-        key = (backend, size)
+    def world(self, backend: str, size: int, slot: str = "") -> World:
+        key = (backend, size, slot)
         world = self._worlds.get(key)
         if world is None or not world.alive:
             world = World(backend, size, self.root, start_timeout_s=self.start_timeout_s).start()
@@ -28,15 +30,23 @@ class WorldPool:
         return world
 
     def run(
-        self, backend: str, size: int, fn: CellFn, arg: Any, *, timeout_s: float, seed: int = 0
+        self,
+        backend: str,
+        size: int,
+        fn: CellFn,
+        arg: Any,
+        *,
+        timeout_s: float,
+        seed: int = 0,
+        slot: str = "",
     ) -> CellRun:
         try:
-            world = self.world(backend, size)
+            world = self.world(backend, size, slot)
         except WorldStartError as exc:
             return CellRun("error", detail=f"world could not start: {exc}")
         run = world.run(fn, arg, timeout_s=timeout_s, seed=seed)
         if not world.alive:
-            self._worlds.pop((backend, size), None)
+            self._worlds.pop((backend, size, slot), None)
         return run
 
     def close(self) -> None:

@@ -109,6 +109,12 @@ def _init_default_group(
     )
 
 
+def _reply(conn: Any, reply: RankReply) -> None:
+    """Plain pickle both ways: the connection's own pickler would share tensors through file
+    descriptors (torch.multiprocessing's reductions), which a socketpair cannot carry."""
+    conn.send_bytes(pickle.dumps(reply))
+
+
 def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg_timeout_s: float) -> None:
     """Run by conformance._rank_entry, in its own session, output to its log file."""
     faulthandler.enable(file=sys.stderr, all_threads=True)
@@ -148,8 +154,9 @@ def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg
         try:
             msg = pickle.loads(raw)
         except Exception:  # a cell that cannot be imported here is an error of that cell
-            conn.send(
-                RankReply(rank, False, None, traceback.format_exc(), "UnpicklingError", time.monotonic())
+            _reply(
+                conn,
+                RankReply(rank, False, None, traceback.format_exc(), "UnpicklingError", time.monotonic()),
             )
             continue
         if msg is None:
@@ -182,9 +189,10 @@ def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg
             gc.collect()
             gc.freeze()  # survivors (modules a cell imported, caches) are not the next cell's garbage
         try:
-            conn.send(reply)
+            _reply(conn, reply)
         except Exception as exc:  # an unpicklable value is an error of the cell, not of the world
-            conn.send(
+            _reply(
+                conn,
                 RankReply(
                     rank,
                     False,
@@ -192,7 +200,7 @@ def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg
                     f"cell value could not be sent: {exc!r}",
                     "PicklingError",
                     time.monotonic(),
-                )
+                ),
             )
 
     if dist.is_initialized():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -180,7 +181,7 @@ class World:
         t0 = time.monotonic()
         try:
             for conn in self._conns:
-                conn.send(message)
+                conn.send_bytes(pickle.dumps(message))
         except OSError:
             pass  # a dead rank: its socket reads as EOF below, a crash
         run, unfinished = self._collect(t0, timeout_s, offsets)
@@ -206,7 +207,7 @@ class World:
             for obj in wait(pending, timeout=left):  # a dead rank's socket reads as EOF
                 rank = self._conns.index(obj)  # type: ignore[arg-type]
                 try:
-                    reply = obj.recv()  # type: ignore[union-attr]
+                    reply = pickle.loads(obj.recv_bytes())  # type: ignore[union-attr]
                 except (EOFError, OSError):
                     return self._crash(rank, offsets), True
                 replies[rank] = reply

@@ -1,0 +1,128 @@
+"""The hygiene check: a full checkpoint must be consumable by the plain, unwrapped model.
+
+The strategy saves in its world; then, in a one-rank world (one process, as export or
+inference code runs), its `read_model_state(path)` reads the model state dict the checkpoint
+holds, and the check asks: does it hold model tensors at all (an empty one shipped in a
+major framework's FSDP strategy); no wrapper prefixes (`module.`, `_fsdp_wrapped_module.`,
+`_forward_module.`, `_orig_mod.`, `_checkpoint_wrapped_module.`) and no flat parameters;
+plain tensors, not DTensors or ShardedTensors; the dtype of the model's own tensors (a bf16
+mixed-precision checkpoint must hold the fp32 weights); no non-persistent buffer; does it load
+into the plain model with strict=True; and are the values those the saving world trained,
+bitwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from conformance.case import Case
+from conformance.check.compare import compare_states
+from conformance.check.phases import PhaseError, Phases
+from conformance.check.roundtrip import StrategyFactory, limit_lines
+from conformance.check.snapshot import Snapshot
+from conformance.check.transfer import SaveSpec, save_phase
+from conformance.outcome import Outcome
+from conformance.strategy.builtin import builtin_strategy
+from conformance.training import build_model
+from conformance.world import RankContext
+
+WRAPPER_SEGMENTS = ("_fsdp_wrapped_module.", "_forward_module.", "_orig_mod.", "_checkpoint_wrapped_module.")
+
+
+@dataclass(frozen=True)
+class InspectSpec:
+    case: Case
+    directory: str
+    expected: Snapshot  # the saving world's canonical state
+    strategy_factory: StrategyFactory = field(default=builtin_strategy)
+
+
+def _non_persistent(model: torch.nn.Module) -> set[str]:
+    return {
+        f"{prefix}.{name}" if prefix else name
+        for prefix, module in model.named_modules()
+        for name in module._non_persistent_buffers_set
+    }
+
+
+def hygiene_problems(state: dict[str, Any], plain: torch.nn.Module, expected: Snapshot) -> list[str]:
+    """What keeps `state` from being the plain model's own state dict with the trained values."""
+    tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    if not tensors:
+        return [f"the checkpoint holds no model tensors at all ({len(state)} keys)"]
+    problems = []
+    prefixed = sorted(
+        k
+        for k in state
+        if k.startswith("module.") or "_flat_param" in k or any(s in k for s in WRAPPER_SEGMENTS)
+    )
+    if prefixed:
+        problems.append(
+            f"{len(prefixed)} keys carry a wrapper prefix or a flat parameter, e.g. {prefixed[:3]}"
+        )
+    odd = sorted(
+        k for k, v in tensors.items() if type(v) is not torch.Tensor and type(v).__name__ != "Parameter"
+    )
+    if odd:
+        problems.append(
+            f"not plain tensors: {', '.join(f'{k} ({type(tensors[k]).__name__})' for k in odd[:3])}"
+        )
+    own = plain.state_dict()
+    wrong_dtype = [k for k, v in tensors.items() if k in own and v.dtype != own[k].dtype]
+    for key in wrong_dtype[:3]:
+        problems.append(f"{key} is saved as {tensors[key].dtype}; the model's is {own[key].dtype}")
+    hidden = sorted(_non_persistent(plain) & state.keys())
+    if hidden:
+        problems.append(f"non-persistent buffers saved: {hidden}")
+    try:
+        plain.load_state_dict(state, strict=True)
+    except (RuntimeError, KeyError, TypeError) as exc:
+        problems.append("strict load into the plain model: " + " ".join(str(exc).split())[:400])
+        return problems
+    got = {f"param/{name}": p.detach().clone() for name, p in plain.named_parameters()}
+    want = {k: v for k, v in expected.items() if k in got}
+    problems += [f"value: {d}" for d in compare_states(want, got)[:3]]
+    return problems
+
+
+def inspect_phase(ctx: RankContext, spec: InspectSpec) -> dict[str, Any]:
+    strategy = spec.strategy_factory(spec.case)
+    state = strategy.read_model_state(Path(spec.directory))  # type: ignore[attr-defined]
+    plain = build_model(spec.case.model, seed=0, rank=0, world_size=spec.case.world_size)
+    problems = hygiene_problems(state, plain, spec.expected)
+    return {
+        "problems": limit_lines(problems),
+        "tensors": sum(isinstance(v, torch.Tensor) for v in state.values()),
+    }
+
+
+def execute(phases: Phases, case: Case, factory: StrategyFactory) -> tuple[Outcome, str]:
+    if not callable(getattr(factory(case), "read_model_state", None)):
+        return (
+            Outcome.UNSUPPORTED,
+            "the strategy has no read_model_state(path): nothing reads its checkpoint offline",
+        )
+    directory = str(phases.scratch())
+    try:
+        saved = phases.run("save", case.world_size, save_phase, SaveSpec(case, directory, factory))
+        inspected = phases.run(
+            "read in one process",
+            1,
+            inspect_phase,
+            InspectSpec(case, directory, saved[0]["expected"], factory),
+        )
+    except PhaseError as exc:
+        return exc.outcome, exc.detail
+    problems = [p for value in saved for p in value["problems"]] + inspected[0]["problems"]
+    if problems:
+        return Outcome.FAIL, f"{len(problems)} hygiene problems in the saved model state:\n" + "\n".join(
+            problems
+        )
+    return Outcome.PASS, (
+        f"consumable: {inspected[0]['tensors']} tensors, no wrapper prefix, the model's dtypes, loads into the "
+        "plain model with strict=True, values bitwise the trained ones"
+    )

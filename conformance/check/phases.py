@@ -1,0 +1,48 @@
+"""Checks that take more than one cell: phases run one after another in worlds of the pool.
+
+A check (resume, reshard, interop, corrupt) runs a phase per world (save in N ranks, load in
+M ranks, ...), passing values from one phase to the next through its argument. A phase that
+does not end ok ends the check with that outcome, its detail led by the phase's name.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conformance.outcome import Outcome
+from conformance.world import WorldPool
+from conformance.world.rank import CellFn
+
+STATUS_OUTCOMES = {"error": Outcome.ERROR, "crash": Outcome.CRASH, "hang": Outcome.HANG}
+
+
+class PhaseError(Exception):
+    """A phase ended with an error, crash or hang; `detail` is the world's, led by the phase."""
+
+    def __init__(self, outcome: Outcome, phase: str, detail: str) -> None:
+        super().__init__(f"[{phase}] {detail}")
+        self.outcome, self.phase, self.detail = outcome, phase, f"[{phase}] {detail}"
+
+
+@dataclass
+class Phases:
+    pool: WorldPool
+    backend: str
+    timeout_s: float
+    seed: int
+
+    def run(self, phase: str, size: int, fn: CellFn, arg: Any, *, other_world: bool = False) -> list[Any]:
+        """Every rank's return value, or PhaseError. other_world: in the pool's second world of
+        that size, whose processes never run a first phase (they never held its objects)."""
+        slot = "other" if other_world else ""
+        run = self.pool.run(self.backend, size, fn, arg, timeout_s=self.timeout_s, seed=self.seed, slot=slot)
+        if run.status != "ok":
+            raise PhaseError(STATUS_OUTCOMES[run.status], f"{phase} phase, {size} ranks", run.detail)
+        return run.values
+
+    def scratch(self) -> Path:
+        """A directory every world of the pool can reach, for a checkpoint between phases."""
+        return Path(tempfile.mkdtemp(prefix="checkpoint-", dir=self.pool.root))

@@ -1,0 +1,120 @@
+"""The resume check: a resumed run must continue exactly as the run it was saved from.
+
+Run A trains K steps, saves, and trains K more. Run B, in another world of the same size
+(other rank processes, which only ever run B phases, so nothing of A is in their memory),
+builds a fresh model with other weights, loads, and trains the same K
+steps on the same batches (the harness owns the data: a batch depends on the cell seed, the
+rank and the step only). Every per-step loss, and the final parameters and optimizer state
+(each rank's local state and rank 0's gathered state), must be bitwise equal between A and B.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conformance.case import Case
+from conformance.check.compare import compare_states, first_of_each_kind
+from conformance.check.phases import PhaseError, Phases
+from conformance.check.roundtrip import (
+    StrategyFactory,
+    VacuousCheckError,
+    flat_sharded,
+    fresh_state,
+    limit_lines,
+)
+from conformance.check.snapshot import count_elements, full_state, local_state
+from conformance.outcome import Outcome
+from conformance.strategy.builtin import builtin_strategy
+from conformance.training import TRAIN_STEPS, train
+from conformance.world import RankContext
+
+
+@dataclass(frozen=True)
+class ResumeSpec:
+    case: Case
+    directory: str
+    strategy_factory: StrategyFactory = field(default=builtin_strategy)
+    reference: list[dict[str, Any]] | None = None  # run A's per-rank results, for run B
+
+
+def _finish(state: Any, case: Case, ctx: RankContext) -> dict[str, Any]:
+    losses = train(state.model, state.optim, state.scheduler, ctx, case.model, start_step=TRAIN_STEPS)
+    sharded = flat_sharded(case, ctx.world_size)
+    return {
+        "losses": losses,
+        "local": local_state(state.model, state.optim, state.scheduler),
+        "full": full_state(state.model, state.optim, state.scheduler, ctx, sharded=sharded),
+    }
+
+
+def run_a(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
+    strategy = spec.strategy_factory(spec.case)
+    state = fresh_state(strategy, spec.case, ctx, seed=ctx.seed)
+    train(state.model, state.optim, state.scheduler, ctx, spec.case.model)
+    if not state.optim.state:
+        raise VacuousCheckError("the optimizer holds no state after training: nothing to resume")
+    strategy.save(state, Path(spec.directory), ctx)
+    return _finish(state, spec.case, ctx)
+
+
+def _bits(x: float) -> bytes:
+    return struct.pack("<d", x)
+
+
+def run_b(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
+    assert spec.reference is not None
+    case, path = spec.case, Path(spec.directory)
+    strategy = spec.strategy_factory(case)
+    load_before_wrap = getattr(strategy, "load_before_wrap", None)
+    preload = (lambda model: load_before_wrap(model, path, ctx)) if callable(load_before_wrap) else None
+    state = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, preload=preload)
+    strategy.load(state, path, ctx)
+    got = _finish(state, case, ctx)
+    want = spec.reference[ctx.rank]
+    failures = []
+    for step, (a, b) in enumerate(zip(want["losses"], got["losses"]), start=TRAIN_STEPS):
+        if _bits(a) != _bits(b):
+            failures.append(f"rank {ctx.rank} step {step}: loss {b!r} after the resume, {a!r} without it")
+            break
+    failures += [
+        f"rank {ctx.rank} local state: {d}"
+        for d in first_of_each_kind(compare_states(want["local"], got["local"]))
+    ]
+    if ctx.rank == 0:
+        failures = [
+            f"full state: {d}" for d in first_of_each_kind(compare_states(want["full"], got["full"]))
+        ] + failures
+    return {"failures": limit_lines(failures), "failure_count": len(failures)}
+
+
+def execute(phases: Phases, case: Case, factory: StrategyFactory) -> tuple[Outcome, str]:
+    directory = str(phases.scratch())
+    try:
+        a = phases.run(
+            "run A: train, save, train on", case.world_size, run_a, ResumeSpec(case, directory, factory)
+        )
+        b = phases.run(
+            "run B: load in another world, train on",
+            case.world_size,
+            run_b,
+            ResumeSpec(case, directory, factory, reference=a),
+            other_world=True,
+        )
+    except PhaseError as exc:
+        return exc.outcome, exc.detail
+    failures = [line for value in b for line in value["failures"]]
+    if failures:
+        total = sum(value["failure_count"] for value in b)
+        return (
+            Outcome.FAIL,
+            f"{total} differences between the resumed run and the run it was saved from:\n"
+            + "\n".join(failures),
+        )
+    tensors, elements = count_elements(a[0]["full"])
+    return Outcome.PASS, (
+        f"the resumed run is bitwise the run it was saved from: {TRAIN_STEPS} losses per rank, then "
+        f"{tensors} tensors ({elements} elements) of the gathered state and every rank's local state"
+    )

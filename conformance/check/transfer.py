@@ -1,0 +1,141 @@
+"""Transfer checks: a checkpoint saved by one configuration, loaded by another.
+
+- reshard: the same strategy saves in a world of N ranks and loads in a separate world of M.
+- interop: another wrapper, state-dict API or storage loads what one configuration saved
+  (the square save x load grid, its diagonal included).
+
+The save phase trains, takes the canonical state (one whole tensor per original parameter
+name: `canonical.py`) on rank 0 and saves; the load phase builds a fresh model with other
+weights, loads, and compares its canonical state with the saved one bitwise. Where a
+configuration cannot load by design (the matrix's `REFUSALS` table), a clear error on load
+is the expected outcome and passes; a load that succeeds with other values fails either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conformance.case import Case, Transfer
+from conformance.check.canonical import canonical_state
+from conformance.check.compare import compare_states, first_of_each_kind
+from conformance.check.phases import PhaseError, Phases
+from conformance.check.roundtrip import (
+    StrategyFactory,
+    VacuousCheckError,
+    flat_sharded,
+    fresh_state,
+    limit_lines,
+)
+from conformance.check.sanity import sharding_problems
+from conformance.check.snapshot import Snapshot, count_elements
+from conformance.outcome import Outcome
+from conformance.strategy.builtin import builtin_strategy
+from conformance.training import build_model, train
+from conformance.world import RankContext
+
+Verdict = tuple[Outcome, str]
+
+
+@dataclass(frozen=True)
+class SaveSpec:
+    case: Case
+    directory: str
+    strategy_factory: StrategyFactory = field(default=builtin_strategy)
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    case: Case
+    directory: str
+    expected: Snapshot  # the canonical state the save phase saw on its rank 0
+    strategy_factory: StrategyFactory = field(default=builtin_strategy)
+
+
+def _canonical(state: Any, case: Case, ctx: RankContext) -> Snapshot | None:
+    plain = build_model(case.model, ctx.seed, ctx.rank, ctx.world_size)
+    return canonical_state(
+        state.model,
+        state.optim,
+        state.scheduler,
+        ctx,
+        sharded=flat_sharded(case, ctx.world_size),
+        plain=plain,
+    )
+
+
+def save_phase(ctx: RankContext, spec: SaveSpec) -> dict[str, Any]:
+    case = spec.case
+    strategy = spec.strategy_factory(case)
+    trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
+    train(trained.model, trained.optim, trained.scheduler, ctx, case.model)
+    problems = sharding_problems(case, ctx, trained.model)
+    expected = _canonical(trained, case, ctx)
+    strategy.save(trained, Path(spec.directory), ctx)
+    return {"problems": problems, "expected": expected}
+
+
+def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
+    case, path = spec.case, Path(spec.directory)
+    strategy = spec.strategy_factory(case)
+    fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1)
+    before = _canonical(fresh, case, ctx)
+    if ctx.rank == 0:
+        params = [k for k in spec.expected if k.startswith("param/")]
+        if not params:
+            raise VacuousCheckError("the saved state has no parameters to compare")
+        if before is not None and not any(
+            k in before and compare_states({k: spec.expected[k]}, {k: before[k]}) for k in params
+        ):
+            raise VacuousCheckError(
+                "the fresh model already equals the saved one: a load could not be told from no load"
+            )
+    load_before_wrap = getattr(strategy, "load_before_wrap", None)
+    if callable(load_before_wrap):
+        fresh = fresh_state(
+            strategy, case, ctx, seed=ctx.seed + 1, preload=lambda model: load_before_wrap(model, path, ctx)
+        )
+    strategy.load(fresh, path, ctx)
+    after = _canonical(fresh, case, ctx)
+    if after is None:
+        return {"failures": []}
+    diffs = [str(d) for d in first_of_each_kind(compare_states(spec.expected, after))]
+    tensors, elements = count_elements(spec.expected)
+    return {
+        "failures": limit_lines(diffs),
+        "failure_count": len(diffs),
+        "tensors": tensors,
+        "elements": elements,
+    }
+
+
+def execute(phases: Phases, transfer: Transfer, refusal: str | None, factory: StrategyFactory) -> Verdict:
+    """Save, load in the other configuration, compare. `refusal`: why the load must fail, if
+    it must."""
+    directory = str(phases.scratch())
+    save, load = transfer.save, transfer.load
+    try:
+        saved = phases.run("save", save.world_size, save_phase, SaveSpec(save, directory, factory))
+    except PhaseError as exc:
+        return exc.outcome, exc.detail
+    problems = [p for value in saved for p in value["problems"]]
+    try:
+        loaded = phases.run(
+            "load", load.world_size, load_phase, LoadSpec(load, directory, saved[0]["expected"], factory)
+        )
+    except PhaseError as exc:
+        if refusal and exc.outcome is Outcome.ERROR and not problems:
+            return Outcome.PASS, f"refused, as it must ({refusal}):\n{exc.detail}"
+        return exc.outcome, exc.detail
+    rank0 = loaded[0]
+    failures = problems + rank0["failures"]
+    where = f"saved by {save.config} in {save.world_size} ranks, loaded by {load.config} in {load.world_size}"
+    if failures:
+        total = len(problems) + rank0["failure_count"]
+        return Outcome.FAIL, f"{total} differences, {where}:\n" + "\n".join(failures)
+    note = f" (declared unable to load: {refusal}; it loaded every value right)" if refusal else ""
+    return Outcome.PASS, (
+        f"bitwise equal, {where}: {rank0['tensors']} tensors ({rank0['elements']} elements) "
+        f"by original parameter name{note}"
+    )
