@@ -6,6 +6,7 @@ the only thing that differs. Factories are module-level functions: cells pickle 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from torch import nn
 from conformance.case import Case
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.protocol import Strategy, TrainState
-from conformance.strategy.wrappers import Fsdp1Wrapper
+from conformance.strategy.wrappers import Fsdp1Wrapper, unwrap
 from conformance.world import RankContext
 
 
@@ -33,6 +34,9 @@ class Delegating:
 
     def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         self.base.load(state, path, ctx)
+
+    def read_model_state(self, path: Path) -> dict:
+        return self.base.read_model_state(path)  # type: ignore[attr-defined]
 
 
 class NoOpLoad(Delegating):
@@ -183,6 +187,86 @@ class PreloadsOnEveryRank(PreloadsOnRankZeroOnly):
     every_rank = True
 
 
+class LeavesStaleGradients(Delegating):
+    """Materializes optimizer state with a dummy backward before loading and never clears the
+    gradients: the state compares equal, but the first step after a resume adds stale grads."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.load(state, path, ctx)
+        for param in state.model.parameters():
+            param.grad = torch.ones_like(param)
+
+
+class DropsOptimizerOnReshard(Delegating):
+    """When the world size changed since the save, loads the model only and starts the
+    optimizer afresh (as trainers do that "cannot reshard optimizer state"), silently."""
+
+    def save(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.save(state, path, ctx)
+        if ctx.rank == 0:
+            (path / "world_size").write_text(str(ctx.world_size))
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        if int((path / "world_size").read_text()) == ctx.world_size:
+            self.base.load(state, path, ctx)
+            return
+        loaded = torch.load(path / "checkpoint.pt", weights_only=False)
+        unwrap(state.model).load_state_dict(loaded["model"])
+
+
+def _negate(model_state: dict) -> dict:
+    return {k: -v if torch.is_floating_point(v) else v for k, v in model_state.items()}
+
+
+class NegatesOwnWeights(Delegating):
+    """A private layout: weights are saved negated and negated back by its own load. Its own
+    round trip holds; any other loader gets the wrong sign."""
+
+    def save(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        base = self.base
+        out = base._state_dict(state)  # type: ignore[attr-defined]
+        out["model"] = _negate(out["model"])
+        base.storage.save(out, path, ctx)  # type: ignore[attr-defined]
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        base = self.base
+        loaded = base.storage.load(path, ctx, lambda: base._state_dict(state))  # type: ignore[attr-defined]
+        loaded["model"] = _negate(loaded["model"])
+        base.api.set(state.model, state.optim, loaded)  # type: ignore[attr-defined]
+
+
+class SavesDdpPrefix(Delegating):
+    """Saves ddp_model.state_dict() (keys "module.fc1.weight") and loads it back the same way:
+    its own round trip holds, the plain model cannot load the file."""
+
+    def save(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        out = {"model": state.model.state_dict(), "optim": state.optim.state_dict()}
+        self.base.storage.save(out, path, ctx)  # type: ignore[attr-defined]
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        loaded = self.base.storage.load(path, ctx, dict)  # type: ignore[attr-defined]
+        state.model.load_state_dict(loaded["model"])
+        state.optim.load_state_dict(loaded["optim"])
+
+
+class SavesNoModelTensors(Delegating):
+    """The model part of the checkpoint is empty (a state dict taken outside the FSDP context:
+    the bug a major framework's FSDP strategy shipped)."""
+
+    def save(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        out = self.base._state_dict(state)  # type: ignore[attr-defined]
+        out["model"] = {}
+        self.base.storage.save(out, path, ctx)  # type: ignore[attr-defined]
+
+
+class SwallowsLoadErrors(Delegating):
+    """An unreadable checkpoint is skipped without a word: training "resumes" from scratch."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        with contextlib.suppress(Exception):
+            self.base.load(state, path, ctx)
+
+
 def _factory(cls: type[Delegating], name: str):  # type: ignore[no-untyped-def]
     """A module-level factory Case -> Strategy, picklable by its name in this module."""
 
@@ -208,3 +292,14 @@ drops_scheduler = _factory(DropsScheduler, "drops_scheduler")
 resets_running_stats = _factory(ResetsRunningStats, "resets_running_stats")
 preloads_on_rank_zero_only = _factory(PreloadsOnRankZeroOnly, "preloads_on_rank_zero_only")
 preloads_on_every_rank = _factory(PreloadsOnEveryRank, "preloads_on_every_rank")
+leaves_stale_gradients = _factory(LeavesStaleGradients, "leaves_stale_gradients")
+drops_optimizer_on_reshard = _factory(DropsOptimizerOnReshard, "drops_optimizer_on_reshard")
+saves_ddp_prefix = _factory(SavesDdpPrefix, "saves_ddp_prefix")
+saves_no_model_tensors = _factory(SavesNoModelTensors, "saves_no_model_tensors")
+swallows_load_errors = _factory(SwallowsLoadErrors, "swallows_load_errors")
+
+
+def negates_weights_under_fsdp2(case: Case) -> Strategy:
+    """NegatesOwnWeights for FSDP2 cells, the built-in strategy for every other."""
+    strategy = builtin_strategy(case)
+    return NegatesOwnWeights(strategy) if case.family == "fsdp2" else strategy

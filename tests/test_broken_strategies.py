@@ -6,11 +6,12 @@ breakage, not the cell.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from conformance.case import Case
+from conformance.case import Case, Transfer
 from conformance.outcome import Outcome
 from conformance.runner import run_case
 from conformance.strategy.builtin import builtin_strategy
@@ -168,3 +169,101 @@ def test_broken_strategy_is_caught(
     assert result.outcome is outcome, result.detail
     for needle in needles:
         assert needle in result.detail, f"{needle!r} not in:\n{result.detail}"
+
+
+def _check(case: Case, check: str, variant: str = "") -> Case:
+    return dataclasses.replace(case, check=check, variant=variant)
+
+
+DDP_SCHED = Case("ddp", "replicate", "sd_full", "torch_save", "adamw+sched", "mlp", 2)
+# SGD: DSD full state dicts turn AdamW's betas tuple into a list (a finding of its own)
+FSDP2_FULL = Case("fsdp2", "shard", "dsd_full", "torch_save", "sgd", "mlp", 2)
+FSDP1_FULL_SGD = dataclasses.replace(FSDP1_FULL, optimizer="sgd")
+
+# (factory, the cell of the check that must catch it, its outcome, needles in the detail,
+#  a round-trip cell the same broken strategy passes: only this check catches it)
+ONLY_THIS_CHECK: list[tuple[Callable[[Case], object], object, Outcome, list[str], Case]] = [
+    (
+        broken.leaves_stale_gradients,
+        _check(DDP_SCHED, "resume"),
+        Outcome.FAIL,
+        ["rank 0 step 4: loss", "after the resume", "rank 1 step 4: loss"],
+        DDP_SCHED,
+    ),
+    (
+        broken.drops_optimizer_on_reshard,
+        Transfer("reshard", DDP, dataclasses.replace(DDP, world_size=1)),
+        Outcome.FAIL,
+        ["optim/fc1.weight/exp_avg: missing after load", "loaded by ddp-sd_full-torch_save in 1"],
+        DDP,
+    ),
+    (
+        broken.negates_weights_under_fsdp2,
+        Transfer("interop", FSDP2_FULL, FSDP1_FULL_SGD),
+        Outcome.FAIL,
+        ["param/fc1.weight: values differ", "loaded by fsdp1_full_shard-sd_full-torch_save"],
+        FSDP2_FULL,
+    ),
+    (
+        broken.saves_ddp_prefix,
+        _check(DDP, "hygiene"),
+        Outcome.FAIL,
+        ["keys carry a wrapper prefix", "module.fc1.bias", "strict load into the plain model"],
+        DDP,
+    ),
+    (
+        broken.swallows_load_errors,
+        _check(DDP, "corrupt", "truncated"),
+        Outcome.FAIL,
+        ["loaded a damaged checkpoint without an error (cut checkpoint.pt", "values differ"],
+        DDP,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("factory", "cell", "outcome", "needles", "control"),
+    ONLY_THIS_CHECK,
+    ids=[f"{f.__name__}-{c.id}" for f, c, _, _, _ in ONLY_THIS_CHECK],  # type: ignore[attr-defined]
+)
+def test_only_its_check_catches_it(
+    pool: WorldPool,
+    factory: Callable[[Case], object],
+    cell: Case | Transfer,
+    outcome: Outcome,
+    needles: list[str],
+    control: Case,
+) -> None:
+    passed = run_case(pool, control, backend="gloo", timeout_s=60, strategy_factory=factory)  # type: ignore[arg-type]
+    assert passed.outcome is Outcome.PASS, f"the round trip should not catch it:\n{passed.detail}"
+    result = run_case(pool, cell, backend="gloo", timeout_s=60, strategy_factory=factory)  # type: ignore[arg-type]
+    assert result.outcome is outcome, result.detail
+    for needle in needles:
+        assert needle in result.detail, f"{needle!r} not in:\n{result.detail}"
+
+
+def test_empty_model_checkpoint_fails_hygiene_loudly(pool: WorldPool) -> None:
+    result = run_case(
+        pool,
+        _check(DDP, "hygiene"),
+        backend="gloo",
+        timeout_s=60,
+        strategy_factory=broken.saves_no_model_tensors,
+    )
+    assert result.outcome is Outcome.FAIL, result.detail
+    assert "the checkpoint holds no model tensors at all" in result.detail
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        _check(DDP_SCHED, "resume"),
+        Transfer("reshard", DDP, dataclasses.replace(DDP, world_size=1)),
+        Transfer("interop", FSDP2_FULL, FSDP1_FULL_SGD),
+        _check(DDP, "hygiene"),
+    ],
+    ids=lambda c: c.id,
+)
+def test_control_builtin_strategy_passes_each_check(pool: WorldPool, cell: Case | Transfer) -> None:
+    result = run_case(pool, cell, backend="gloo", timeout_s=60, strategy_factory=builtin_strategy)
+    assert result.outcome is Outcome.PASS, result.detail

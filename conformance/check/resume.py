@@ -74,19 +74,19 @@ def run_b(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
     strategy.load(state, path, ctx)
     got = _finish(state, case, ctx)
     want = spec.reference[ctx.rank]
-    failures = []
+    losses = []  # the trajectory first: it is what a user sees diverge
     for step, (a, b) in enumerate(zip(want["losses"], got["losses"]), start=TRAIN_STEPS):
         if _bits(a) != _bits(b):
-            failures.append(f"rank {ctx.rank} step {step}: loss {b!r} after the resume, {a!r} without it")
+            losses.append(f"rank {ctx.rank} step {step}: loss {b!r} after the resume, {a!r} without it")
             break
-    failures += [
+    local = [
         f"rank {ctx.rank} local state: {d}"
         for d in first_of_each_kind(compare_states(want["local"], got["local"]))
     ]
+    full = []
     if ctx.rank == 0:
-        failures = [
-            f"full state: {d}" for d in first_of_each_kind(compare_states(want["full"], got["full"]))
-        ] + failures
+        full = [f"full state: {d}" for d in first_of_each_kind(compare_states(want["full"], got["full"]))]
+    failures = losses + full + local
     return {"failures": limit_lines(failures), "failure_count": len(failures)}
 
 

@@ -25,7 +25,9 @@ LEGEND = (
     "FAIL: a difference (see below). ERROR: an exception on some rank. "
     "CRASH: a rank died (signal or exit code). HANG: over the cell timeout. "
     "skip: cannot run in this environment. unsupported: not supported by design, never a pass. "
-    "An empty cell: that world size is not in this profile for the row. "
+    "refused (reshard, interop): cannot load by design, and the load raised, as it must (counted as passed). "
+    "An empty cell: that column is not in this profile for the row. [passed/run]: passes of the cells "
+    "that ran (unsupported and skipped cells are not counted either way). "
     "Buffers (per rank under FSDP): after a load from one rank-0 file every rank must hold rank 0's copy; "
     "from per-rank files its own; from DCP the one copy DCP kept."
 )
@@ -56,7 +58,10 @@ def first_line(detail: str) -> str:
     lines = [line.strip() for line in detail.splitlines() if line.strip()]
     if not lines:
         return ""
-    head = lines[0]
+    head, phase = lines[0], ""
+    if head.startswith("[") and "] " in head:  # a phase of a multi-phase check: "[load phase, 2 ranks] ..."
+        phase, head = head.split("] ", 1)
+        phase += "] "
     if head.startswith("rank ") and " raised " in head:
         # The last exception line of the originating rank's block: for a plain traceback the
         # exception itself, for a wrapper (DCP's CheckpointException) the error it carries.
@@ -67,22 +72,86 @@ def first_line(detail: str) -> str:
             if _EXCEPTION_LINE.match(line):
                 found = line
         if found:
-            return f"{head.split(' raised ')[0]}: {found}"[:240]
-    if head.endswith("differences after the round trip:") and len(lines) > 1:
-        return f"{head} {lines[1]}"[:240]
-    return head[:240]
+            return f"{phase}{head.split(' raised ')[0]}: {found}"[:240]
+    if head.endswith(":") and "differences" in head and len(lines) > 1:
+        return f"{phase}{head} {lines[1]}"[:240]
+    return f"{phase}{head}"[:240]
+
+
+REFUSED = "refused, as it must"  # how a transfer that cannot load by design and raised begins
+
+CHECK_TITLES = {
+    "roundtrip": "Round trip: save, load into a fresh model, compare",
+    "resume": "Resume: the resumed run continues bitwise as the run it was saved from",
+    "reshard": "Resharding: saved in N ranks, loaded in a separate world of M",
+    "interop": "Interop: saved by the row's configuration, loaded by the column's",
+    "hygiene": "Key hygiene: the full checkpoint loads strict=True into the plain model",
+    "corrupt": "Bad checkpoints: the load must raise",
+}
+HEADERS = ["wrapper", "sharding", "api", "kind", "storage", "optimizer", "model", "precision"]
+
+
+def _symbol(cell: CellResult | None) -> str:
+    if cell is None:
+        return ""
+    if cell.outcome is Outcome.PASS and cell.detail.startswith(REFUSED):
+        return "refused"
+    return SYMBOLS[cell.outcome]
+
+
+def _grid(cells: list[CellResult], row: Any, column: Any, row_headers: list[str]) -> str:
+    """A table of cells by (row key, column key), with [passed/total] per row and column."""
+    rows: dict[tuple[str, ...], dict[str, CellResult]] = defaultdict(dict)
+    for cell in cells:
+        rows[row(cell)][column(cell)] = cell
+    columns = sorted({column(c) for c in cells})
+    table = []
+    for key in sorted(rows):
+        by_col = rows[key]
+        ran = [c for c in by_col.values() if c.outcome not in (Outcome.SKIP, Outcome.UNSUPPORTED)]
+        passed = sum(c.outcome is Outcome.PASS for c in ran)
+        table.append([*key, *(_symbol(by_col.get(col)) for col in columns), f"[{passed}/{len(ran)}]"])
+    totals = []
+    for col in columns:
+        ran = [
+            r[col]
+            for r in rows.values()
+            if col in r and r[col].outcome not in (Outcome.SKIP, Outcome.UNSUPPORTED)
+        ]
+        totals.append(f"[{sum(c.outcome is Outcome.PASS for c in ran)}/{len(ran)}]")
+    table.append(["" for _ in row_headers[:-1]] + ["passed/run", *totals, ""])
+    return tabulate(table, headers=[*row_headers, *columns, "passed/run"], tablefmt="github")
+
+
+def _section(check: str, cells: list[CellResult]) -> str:
+    if check == "reshard":
+        return _grid(
+            cells,
+            lambda c: tuple(str(c.axes[k]) for k in ("wrapper", "sharding", "api", "storage")),
+            lambda c: f"w{c.axes['save_world_size']} to w{c.axes['load_world_size']}",
+            ["wrapper", "sharding", "api", "storage"],
+        )
+    if check == "interop":
+        return _grid(
+            cells,
+            lambda c: (f"{c.axes['wrapper']} {c.axes['api']} {c.axes['storage']} w{c.axes['world_size']}",),
+            lambda c: str(c.axes["load_config"]),
+            ["saved by \\ loaded by"],
+        )
+    extra = ["variant"] if any(c.axes.get("variant") for c in cells) else []
+    keys = HEADERS + extra
+    return _grid(
+        cells,
+        lambda c: tuple(str(c.axes.get(k, "")) for k in keys),
+        lambda c: f"w{c.axes['world_size']}",
+        keys,
+    )
 
 
 def render_markdown(environment: dict[str, Any], cells: list[CellResult]) -> str:
-    sizes = sorted({int(c.axes["world_size"]) for c in cells})
-    rows: dict[tuple[str, ...], dict[int, CellResult]] = defaultdict(dict)
+    by_check: dict[str, list[CellResult]] = defaultdict(list)
     for cell in cells:
-        rows[_row_key(cell.axes)][int(cell.axes["world_size"])] = cell
-    headers = ["wrapper", "sharding", "api", "kind", "storage", "optimizer", "model", "precision"]
-    table = []
-    for key in sorted(rows):
-        by_size = rows[key]
-        table.append([*key, *(SYMBOLS[by_size[s].outcome] if s in by_size else "" for s in sizes)])
+        by_check[str(cell.axes.get("check", "roundtrip"))].append(cell)
     counts: dict[str, int] = defaultdict(int)
     for cell in cells:
         counts[cell.outcome.value] += 1
@@ -96,11 +165,11 @@ def render_markdown(environment: dict[str, Any], cells: list[CellResult]) -> str
         "",
         "Outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
         "",
-        tabulate(table, headers=[*headers, *(f"w{s}" for s in sizes)], tablefmt="github"),
-        "",
         LEGEND,
         "",
     ]
+    for check in [c for c in CHECK_TITLES if c in by_check] + sorted(set(by_check) - set(CHECK_TITLES)):
+        lines += [f"## {CHECK_TITLES.get(check, check)}", "", _section(check, by_check[check]), ""]
     ordered = sorted(cells, key=lambda c: c.id)
     problems = [c for c in ordered if c.outcome in FAILING]
     if problems:
