@@ -170,7 +170,7 @@ PROFILES: dict[str, Profile] = {
                 (MOE_SLICE, (2, 4)),
                 (PRECISION_SLICE, (2,)),
                 (RESUME_SLICE, (2,)),
-                (HYGIENE_SLICE, (2,)),
+                (HYGIENE_CI_SLICE, (2,)),
                 (CORRUPT_SLICE, (2,)),
             ),
             reshard=((RESHARD_SLICE, RESHARD_PAIRS),),
