@@ -1,4 +1,8 @@
-"""python -m conformance render RESULTS.json [-o matrix.md]: the Markdown matrix from results alone."""
+"""python -m conformance: the reports from results.json alone, without a re-run.
+
+render RESULTS.json [-o matrix.md]   the Markdown matrix
+diff OLD.json NEW.json               two runs side by side; exit 1 on a regression
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     render = commands.add_parser("render", help="write matrix.md from a results.json (no re-run)")
     render.add_argument("results", type=Path)
     render.add_argument("-o", "--output", type=Path, help="default: matrix.md beside the results")
+    diff = commands.add_parser("diff", help="compare two results.json: metadata, then changed cells")
+    diff.add_argument("old", type=Path)
+    diff.add_argument("new", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "diff":
+        return _diff(args.old, args.new)
     try:
         environment, cells = read_results(args.results)
     except (OSError, ValueError, KeyError) as exc:
@@ -26,6 +35,20 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(render_markdown(environment, sorted(cells, key=lambda c: c.id)))
     print(f"wrote {out} ({len(cells)} cells)")
     return 0
+
+
+def _diff(old_path: Path, new_path: Path) -> int:
+    from conformance.report.diff import diff_runs, render_diff
+
+    try:
+        old_env, old = read_results(old_path)
+        new_env, new = read_results(new_path)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"cannot read results: {exc}", file=sys.stderr)
+        return 2
+    diff = diff_runs(old, new)
+    print(render_diff(old_env, new_env, diff), end="")
+    return 1 if diff.regressed else 0
 
 
 if __name__ == "__main__":

@@ -98,3 +98,41 @@ RuntimeError: something else"""
         first_line(detail)
         == "rank 2: RuntimeError: Missing key in checkpoint state_dict: optim.param_groups."
     )
+
+
+def _named(cell_id: str, outcome: Outcome, detail: str = "d") -> CellResult:
+    return CellResult(cell_id, {**AXES, "world_size": 2}, outcome, detail, 0.1)
+
+
+def test_diff_sorts_changes_and_exits_nonzero_on_regressions(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from conformance.__main__ import main
+    from conformance.report.diff import diff_runs
+
+    old = [
+        _named("a", Outcome.PASS),
+        _named("b", Outcome.FAIL),
+        _named("c", Outcome.FAIL),
+        _named("d", Outcome.ERROR),
+        _named("gone", Outcome.PASS),
+    ]
+    new = [
+        _named("a", Outcome.FAIL, "1 differences after the round trip:\nparam/x: values differ"),
+        _named("b", Outcome.PASS),
+        _named("c", Outcome.CRASH),
+        _named("d", Outcome.FAIL),
+        _named("new", Outcome.PASS),
+    ]
+    diff = diff_runs(old, new)
+    assert [(a.id, b.outcome) for a, b in diff.regressed] == [("a", Outcome.FAIL), ("c", Outcome.CRASH)]
+    assert [(a.id, b.outcome) for a, b in diff.improved] == [("b", Outcome.PASS), ("d", Outcome.FAIL)]
+    assert [c.id for c in diff.removed] == ["gone"] and [c.id for c in diff.added] == ["new"]
+
+    write_results(tmp_path / "old.json", results_document({**ENV, "torch": "2.12.0"}, old))
+    write_results(tmp_path / "new.json", results_document(ENV, new))
+    assert main(["diff", str(tmp_path / "old.json"), str(tmp_path / "new.json")]) == 1
+    out = capsys.readouterr().out
+    assert "1 added, 1 removed, 2 improved, 2 regressed" in out
+    assert out.index("Regressed:") < out.index("Improved:")
+    assert "a: pass -> fail: 1 differences after the round trip: param/x: values differ" in out
+    assert any(line.startswith("*") and "torch" in line for line in out.splitlines())
+    assert main(["diff", str(tmp_path / "new.json"), str(tmp_path / "new.json")]) == 0
