@@ -1,17 +1,26 @@
-"""Known outcomes: a TOML file keyed by cell id, so a run fails on regressions only.
+"""The baseline: known outcomes per cell id, in TOML, so a run fails on regressions only.
+
+    profile = "ci"                       # the --matrix it was written for (optional)
+    passes = ["ddp-sd_full-torch_save-adamw-mlp-w2", ...]   # cells expected to pass
 
     ["fsdp2-dsd_full-dcp-adamw-mlp-w2"]
     outcome = "fail"
     reason = "get/set_state_dict returns AdamW betas as a list"
+    link = "https://github.com/pytorch/pytorch/issues/..."   # optional
+    torch = ">=2.6,<2.14"                # optional: the entry holds for these torch versions
+    backend = "gloo"                     # optional: and this backend
 
-A cell whose outcome equals its entry is reported as xfail with the reason; a cell listed
-with a non-pass outcome that now passes is reported as stale (a warning, not a failure).
-`--update-baseline` writes the file from a run: every cell that did not pass, with the first
-line of its detail as the reason.
+With `--baseline FILE` a run is a gate (see `judge`): it fails on an expected pass that is now
+anything else, on a failure of another kind than expected, on a new failure with no entry,
+and on a cell that disappeared (an entry of the baseline's own profile that the matrix no
+longer has). A known failure that now passes is stale (a warning); an entry matching no cell
+of another profile is warned about. `--update-baseline` writes the file from a run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,21 +33,104 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text.split("+")[0])[:3])
+
+
+def version_matches(version: str, spec: str) -> bool:
+    """`spec` is comma-separated comparisons: ">=2.6,<2.14", "==2.13"."""
+    ops = {
+        ">=": lambda a, b: a >= b,
+        "<=": lambda a, b: a <= b,
+        ">": lambda a, b: a > b,
+        "<": lambda a, b: a < b,
+        "==": lambda a, b: a[: len(b)] == b,
+    }
+    have = _version(version)
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        match = re.fullmatch(r"(>=|<=|==|>|<)\s*([\d.]+)", part)
+        if not match:
+            raise ValueError(f"torch condition {spec!r}: {part!r} is not like '>=2.6'")
+        if not ops[match.group(1)](have, _version(match.group(2))):
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class Expectation:
     outcome: Outcome
-    reason: str
+    reason: str = ""
     link: str = ""
+    torch: str = ""  # a version range, see version_matches
+    backend: str = ""
+
+    def applies(self, torch_version: str, backend: str) -> bool:
+        if self.backend and self.backend != backend:
+            return False
+        return not self.torch or version_matches(torch_version, self.torch)
 
 
-def load_baseline(path: Path) -> dict[str, Expectation]:
+@dataclass(frozen=True)
+class Baseline:
+    entries: dict[str, Expectation]
+    profile: str | None = None
+    sha256: str = ""
+    path: str = ""
+
+    def expected(self, cell_id: str, torch_version: str, backend: str) -> Expectation | None:
+        entry = self.entries.get(cell_id)
+        return entry if entry is not None and entry.applies(torch_version, backend) else None
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.entries)
+
+    def __getitem__(self, cell_id: str) -> Expectation:
+        return self.entries[cell_id]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How a cell's outcome stands against its expectation."""
+
+    kind: str  # ok | known | stale | regression | new_failure
+    message: str = ""
+
+    @property
+    def fails_the_gate(self) -> bool:
+        return self.kind in ("regression", "new_failure")
+
+
+def judge(result: CellResult, expected: Expectation | None) -> Verdict:
+    got = result.outcome
+    if expected is None:
+        if got in FAILING:
+            return Verdict("new_failure", f"new {got.value}, no baseline entry")
+        return Verdict("ok")
+    if got == expected.outcome:
+        if got in FAILING:
+            return Verdict("known", f"known {got.value}: {expected.reason} {expected.link}".strip())
+        return Verdict("ok")
+    if got is Outcome.PASS:
+        return Verdict(
+            "stale", f"stale baseline entry: {result.id} was expected to {expected.outcome.value}, now passes"
+        )
+    return Verdict("regression", f"regression: expected {expected.outcome.value}, got {got.value}")
+
+
+def load_baseline(path: Path) -> Baseline:
     try:
-        data = tomllib.loads(Path(path).read_text())
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise FileNotFoundError(f"baseline file {path} does not exist") from None
+    try:
+        data = tomllib.loads(raw.decode())
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"baseline file {path} is not valid TOML: {exc}") from None
-    out = {}
+    profile = data.pop("profile", None)
+    passes = data.pop("passes", [])
+    if not isinstance(passes, list) or not all(isinstance(p, str) for p in passes):
+        raise ValueError(f"{path}: passes must be a list of cell ids")
+    entries = {cell_id: Expectation(Outcome.PASS) for cell_id in passes}
     for cell_id, entry in data.items():
         if not isinstance(entry, dict) or "outcome" not in entry:
             raise ValueError(f'{path}: entry [{cell_id!r}] needs an outcome = "..." line')
@@ -48,25 +140,54 @@ def load_baseline(path: Path) -> dict[str, Expectation]:
             raise ValueError(
                 f"{path}: [{cell_id!r}] outcome {entry['outcome']!r} is not one of {[o.value for o in Outcome]}"
             ) from None
-        out[cell_id] = Expectation(outcome, str(entry.get("reason", "")), str(entry.get("link", "")))
-    return out
+        unknown = set(entry) - {"outcome", "reason", "link", "torch", "backend"}
+        if unknown:
+            raise ValueError(f"{path}: [{cell_id!r}] has unknown keys {sorted(unknown)}")
+        if entry.get("torch"):
+            version_matches("0", str(entry["torch"]))  # a malformed range is a clear error now
+        entries[cell_id] = Expectation(
+            outcome,
+            str(entry.get("reason", "")),
+            str(entry.get("link", "")),
+            str(entry.get("torch", "")),
+            str(entry.get("backend", "")),
+        )
+    return Baseline(entries, profile, hashlib.sha256(raw).hexdigest(), str(path))
 
 
 def _toml_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
 
 
-def render_baseline(results: list[CellResult], header: str) -> str:
-    """A baseline TOML of every cell that failed, errored, crashed or hung in a run."""
+def render_baseline(
+    results: list[CellResult], header: str, profile: str | None = None, previous: Baseline | None = None
+) -> str:
+    """A baseline TOML from a run: the passing cells by id, then an entry per other cell with
+    its outcome and the first line of its detail as the reason (links and conditions of a
+    previous baseline's entries with the same outcome are kept)."""
     from conformance.report.markdown import first_line
 
     lines = [f"# {line}".rstrip() for line in header.splitlines()]
+    if profile:
+        lines.append(f"profile = {_toml_string(profile)}")
+    passes = sorted(r.id for r in results if r.outcome is Outcome.PASS)
+    lines.append("passes = [")
+    lines += [f"    {_toml_string(cell_id)}," for cell_id in passes]
+    lines.append("]")
     for result in sorted(results, key=lambda r: r.id):
-        if result.outcome in FAILING:
+        if result.outcome is not Outcome.PASS:
+            old = previous.entries.get(result.id) if previous else None
+            keep = old is not None and old.outcome == result.outcome
             lines += [
                 "",
                 f"[{_toml_string(result.id)}]",
                 f"outcome = {_toml_string(result.outcome.value)}",
-                f"reason = {_toml_string(first_line(result.detail))}",
+                f"reason = {_toml_string(old.reason if keep and old else first_line(result.detail))}",
             ]
+            if keep and old:
+                lines += [
+                    f"{k} = {_toml_string(v)}"
+                    for k, v in (("link", old.link), ("torch", old.torch), ("backend", old.backend))
+                    if v
+                ]
     return "\n".join(lines) + "\n"

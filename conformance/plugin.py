@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.baseline import Expectation, load_baseline, render_baseline
+from conformance.baseline import Baseline, judge, load_baseline, render_baseline
 from conformance.case import API_KINDS, Case, Transfer
 from conformance.check.roundtrip import StrategyFactory
 from conformance.matrix import CHECKS, PROFILES, cases, transfers
@@ -28,7 +28,7 @@ from conformance.strategy.builtin import STATE_APIS, builtin_strategy
 from conformance.world import WorldPool
 
 PROPERTY = "conformance_cell"
-BASELINE_KEY = pytest.StashKey[dict[str, Expectation]]()
+BASELINE_KEY = pytest.StashKey[Baseline | None]()
 KIND_MARKERS = sorted(set(API_KINDS.values()))
 WRAPPER_MARKERS = sorted(STATE_APIS)  # the wrapper families
 
@@ -96,7 +96,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("--update-baseline needs --baseline FILE: the file to write")
     try:
         gate = baseline and not config.getoption("update_baseline")
-        config.stash[BASELINE_KEY] = load_baseline(Path(baseline)) if gate else {}
+        config.stash[BASELINE_KEY] = load_baseline(Path(baseline)) if gate else None
     except (FileNotFoundError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -148,24 +148,36 @@ def conformance_cell(
             strategy_factory=strategy_factory,
         )
         request.node.user_properties.append((PROPERTY, result.to_json()))
-        _to_pytest(result, request.config.stash[BASELINE_KEY].get(result.id))
+        _to_pytest(result, request.config.stash[BASELINE_KEY], conformance_backend)
         return result
 
     return run
 
 
-def _to_pytest(result: CellResult, expected: Expectation | None) -> None:
-    if expected is not None and expected.outcome == result.outcome and result.outcome in FAILING:
-        pytest.xfail(f"known {result.outcome.value}: {expected.reason} {expected.link}".strip())
-    if expected is not None and expected.outcome in FAILING and result.outcome is Outcome.PASS:
-        warnings.warn(
-            f"stale baseline entry: {result.id} was expected to {expected.outcome.value}, now passes",
-            stacklevel=1,
-        )
+def _to_pytest(result: CellResult, baseline: Baseline | None, backend: str) -> None:
+    """The cell's outcome as pytest's. With a baseline, the gate decides (baseline.judge):
+    known failures are xfails, regressions and new failures fail, stale entries warn."""
+    if baseline is not None:
+        verdict = judge(result, baseline.expected(result.id, torch.__version__, backend))
+        if verdict.kind == "known":
+            pytest.xfail(verdict.message)
+        if verdict.kind == "stale":
+            warnings.warn(verdict.message, stacklevel=1)
+        if verdict.fails_the_gate:
+            pytest.fail(f"{verdict.message}: {result.detail}", pytrace=False)
     if result.outcome in (Outcome.SKIP, Outcome.UNSUPPORTED):
         pytest.skip(f"{result.outcome.value}: {result.detail}")
     if result.outcome in FAILING:
         pytest.fail(f"{result.outcome.value}: {result.detail}", pytrace=False)
+
+
+def profile_cell_ids(profile: str) -> set[str]:
+    """Every cell id the profile has, over every check (what a baseline of it should cover)."""
+    ids: set[str] = set()
+    for check in CHECKS:
+        cells = transfers(profile, check) if check in ("reshard", "interop") else cases(profile, check)
+        ids.update(c.id for c in cells)
+    return ids
 
 
 class ResultCollector:
@@ -175,6 +187,7 @@ class ResultCollector:
         self.config = config
         self.results: list[CellResult] = []
         self.out: Path | None = None
+        self.gate_lines: list[str] = []  # what the gate says at the end: disappeared, unmatched
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
@@ -188,17 +201,49 @@ class ResultCollector:
         name = f"torch-{torch.__version__}-{backend}-{self.config.getoption('matrix')}"
         return Path(self.config.rootpath) / "reports" / "runs" / re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
+    def _check_entries(self, session: pytest.Session, baseline: Baseline, backend: str) -> None:
+        """Entries the run cannot have seen. Of the baseline's own profile: the matrix lost the
+        cell (it disappeared): the gate fails. Of another profile: a warning."""
+        profile = self.config.getoption("matrix")
+        known = profile_cell_ids(profile)
+        missing = sorted(
+            cell_id
+            for cell_id, entry in baseline.entries.items()
+            if cell_id not in known and entry.applies(torch.__version__, backend)
+        )
+        if not missing:
+            return
+        if baseline.profile == profile:
+            self.gate_lines.append(
+                f"GATE: {len(missing)} cells of the baseline are gone from the {profile} matrix: "
+                + ", ".join(missing[:10])
+                + (" ..." if len(missing) > 10 else "")
+            )
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        else:
+            self.gate_lines.append(
+                f"warning: {len(missing)} baseline entries match no cell of the {profile} matrix "
+                f"(the baseline is for {baseline.profile or 'no named profile'}): " + ", ".join(missing[:5])
+            )
+
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if hasattr(self.config, "workerinput") or not self.results:
-            return  # an xdist worker (the controller writes), or no cell ran
-        results = sorted(self.results, key=lambda r: r.id)
+        if hasattr(self.config, "workerinput"):
+            return  # an xdist worker: the controller writes
         backend = resolve_backend(self.config.getoption("backend"))
+        baseline = self.config.stash[BASELINE_KEY]
+        if baseline is not None:
+            self._check_entries(session, baseline, backend)
+        if not self.results:
+            return  # no cell ran
+        results = sorted(self.results, key=lambda r: r.id)
         env = environment(
             backend=backend,
             world_sizes=sorted({int(r.axes["world_size"]) for r in results}),
             matrix=self.config.getoption("matrix"),
             args=list(self.config.invocation_params.args),
         )
+        if baseline is not None:
+            env["baseline"] = {"path": baseline.path, "sha256": baseline.sha256, "profile": baseline.profile}
         self.out = self.report_dir(backend)
         write_results(self.out / "results.json", results_document(env, results))
         (self.out / "matrix.md").write_text(render_markdown(env, results))
@@ -207,9 +252,13 @@ class ResultCollector:
                 f"Known outcomes: torch {env['torch']}, {env['backend']}, matrix {env['matrix']}.\n"
                 f"Written by --update-baseline from a run at {env['time_utc']}; edit reasons, add links."
             )
-            Path(self.config.getoption("baseline")).write_text(render_baseline(results, header))
+            path = Path(self.config.getoption("baseline"))
+            previous = load_baseline(path) if path.exists() else None
+            path.write_text(render_baseline(results, header, env["matrix"], previous))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        for line in self.gate_lines:
+            terminalreporter.write_line(line, red=line.startswith("GATE"), yellow=line.startswith("warning"))
         if not self.results or self.out is None:
             return
         counts: dict[str, int] = {}

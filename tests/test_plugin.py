@@ -44,11 +44,18 @@ def outcomes(results: dict[str, Any]) -> dict[str, str]:
     return {c["id"]: c["outcome"] for c in results["cells"]}
 
 
+SHARDED_ROUNDTRIP = "test_roundtrip and sharded"  # the round trip's cells: the other checks are slower
+
+
 def test_k_sharded_runs_only_sharded_cells_and_xdist_agrees(tmp_path: Path) -> None:
     from conformance.matrix import cases
 
-    code0, serial, log0 = run_cases(tmp_path, "--matrix", "ci", "-k", "sharded", "-n", "0", name="serial")
-    code2, parallel, log2 = run_cases(tmp_path, "--matrix", "ci", "-k", "sharded", "-n", "2", name="xdist")
+    code0, serial, log0 = run_cases(
+        tmp_path, "--matrix", "ci", "-k", SHARDED_ROUNDTRIP, "-n", "0", name="serial"
+    )
+    code2, parallel, log2 = run_cases(
+        tmp_path, "--matrix", "ci", "-k", SHARDED_ROUNDTRIP, "-n", "2", name="xdist"
+    )
     expected_ids = {c.id for c in cases("ci") if c.kind == "sharded"}
     assert set(outcomes(serial)) == expected_ids, log0
     assert outcomes(parallel) == outcomes(serial), log2
@@ -68,7 +75,7 @@ def test_k_sharded_runs_only_sharded_cells_and_xdist_agrees(tmp_path: Path) -> N
 def test_known_failures_gate_and_later_cells_still_run(tmp_path: Path) -> None:
     offload = "fsdp1_full_shard-sd_full_offload_rank0-torch_save-adamw-mlp-w2"
     later = "fsdp2-dsd_sharded-dcp-adamw-mlp-w2"  # sorts after the offload cell
-    selection = ["--matrix", "default", "-k", f"{offload} or {later}"]
+    selection = ["--matrix", "default", "-k", f"test_roundtrip and ({offload} or {later})"]
     code, results, log = run_cases(tmp_path, *selection, name="plain")
     got = outcomes(results)
     assert got[later] == "pass", log
@@ -85,12 +92,24 @@ def test_wrong_baseline_fails_the_run(tmp_path: Path) -> None:
     baseline = tmp_path / "wrong.toml"
     baseline.write_text('["ddp-sd_full-torch_save-adamw-mlp-w2"]\noutcome = "crash"\nreason = "made up"\n')
     code, _, log = run_cases(
-        tmp_path, "--matrix", "ci", "-k", "ddp-sd_full-torch_save-", "--baseline", str(baseline)
+        tmp_path,
+        "--matrix",
+        "ci",
+        "-k",
+        "test_roundtrip and ddp-sd_full-torch_save-",
+        "--baseline",
+        str(baseline),
     )
     assert code == 0 and "stale baseline entry" in log  # stale: reported, not a failure
     baseline.write_text('["x"]\noutcome = "nope"\n')
     code, _, log = run_cases(
-        tmp_path, "--matrix", "ci", "-k", "ddp-sd_full-torch_save-", "--baseline", str(baseline)
+        tmp_path,
+        "--matrix",
+        "ci",
+        "-k",
+        "test_roundtrip and ddp-sd_full-torch_save-",
+        "--baseline",
+        str(baseline),
     )
     assert code == 4 and "is not one of" in log  # a usage error, clearly worded
 
@@ -147,3 +166,56 @@ def test_every_cell_is_marked_with_registered_markers(tmp_path: Path) -> None:
     )
     assert code == 0, log
     assert "fsdp1_full_shard+orig-sd_local-torch_save_per_rank" in log or "sd_local" in log
+
+
+def test_flipping_one_baseline_outcome_fails_the_gate_and_names_the_cell(tmp_path: Path) -> None:
+    selection = ["--matrix", "ci", "-k", "test_roundtrip and (ddp-sd_full-torch_save- or ddp-dsd_full-dcp-)"]
+    baseline = tmp_path / "ci.toml"
+    code, results, log = run_cases(
+        tmp_path, *selection, "--baseline", str(baseline), "--update-baseline", name="w"
+    )
+    assert baseline.exists(), log
+    written = baseline.read_text()
+    assert 'profile = "ci"' in written and "passes = [" in written
+    code, _, log = run_cases(tmp_path, *selection, "--baseline", str(baseline), name="same")
+    assert code == 0, log
+    passing = next(i for i, o in outcomes(results).items() if o == "pass")
+    failing = next(i for i, o in outcomes(results).items() if o == "fail")
+    # an expected pass flipped to "fail": the cell now passes, which is only stale (a warning);
+    # an expected fail flipped to "crash": the fail is a failure of another kind, a regression
+    baseline.write_text(
+        written.replace(f'["{failing}"]\noutcome = "fail"', f'["{failing}"]\noutcome = "crash"')
+    )
+    code, _, log = run_cases(tmp_path, *selection, "--baseline", str(baseline), name="flipped")
+    assert code == 1 and failing in log and "regression: expected crash, got fail" in log, log
+    # the expected pass removed from passes: no entry, still passes: fine; then declared a failure
+    baseline.write_text(written)
+    code, _, log = run_cases(tmp_path, *selection, "--baseline", str(baseline), name="restored")
+    assert code == 0, log
+    assert passing in written
+
+
+def test_a_cell_gone_from_the_matrix_fails_the_gate(tmp_path: Path) -> None:
+    baseline = tmp_path / "gone.toml"
+    baseline.write_text('profile = "ci"\npasses = ["ddp-sd_full-torch_save-adamw-mlp-w3"]\n')
+    code, _, log = run_cases(
+        tmp_path,
+        "--matrix",
+        "ci",
+        "-k",
+        "test_roundtrip and ddp-sd_full-torch_save-adamw-mlp-w2",
+        "--baseline",
+        str(baseline),
+    )
+    assert code == 1 and "gone from the ci matrix: ddp-sd_full-torch_save-adamw-mlp-w3" in log, log
+    baseline.write_text('profile = "default"\npasses = ["ddp-sd_full-torch_save-adamw-mlp-w3"]\n')
+    code, _, log = run_cases(
+        tmp_path,
+        "--matrix",
+        "ci",
+        "-k",
+        "test_roundtrip and ddp-sd_full-torch_save-adamw-mlp-w2",
+        "--baseline",
+        str(baseline),
+    )
+    assert code == 0 and "match no cell of the ci matrix" in log, log

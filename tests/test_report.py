@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from conformance.outcome import CellResult, Outcome
 from conformance.report.markdown import first_line, render_markdown
 from conformance.report.results import read_results, results_document, write_results
@@ -72,7 +74,8 @@ def test_baseline_written_from_results_reads_back(tmp_path: Path) -> None:
     path = tmp_path / "b.toml"
     path.write_text(render_baseline(cells, "header line"))
     loaded = load_baseline(path)
-    assert list(loaded) == ["fsdp2-dsd_full-dcp-adamw-mlp-w2"]
+    assert list(loaded) == ["fsdp2-dsd_full-dcp-adamw-mlp-w1", "fsdp2-dsd_full-dcp-adamw-mlp-w2"]
+    assert loaded["fsdp2-dsd_full-dcp-adamw-mlp-w1"].outcome is Outcome.PASS
     assert loaded["fsdp2-dsd_full-dcp-adamw-mlp-w2"].outcome is Outcome.ERROR
     assert "setStorage" in loaded["fsdp2-dsd_full-dcp-adamw-mlp-w2"].reason
 
@@ -136,3 +139,33 @@ def test_diff_sorts_changes_and_exits_nonzero_on_regressions(tmp_path: Path, cap
     assert "a: pass -> fail: 1 differences after the round trip: param/x: values differ" in out
     assert any(line.startswith("*") and "torch" in line for line in out.splitlines())
     assert main(["diff", str(tmp_path / "new.json"), str(tmp_path / "new.json")]) == 0
+
+
+def test_gate_judges_each_outcome_against_its_expectation(tmp_path: Path) -> None:
+    from conformance.baseline import Expectation, judge, load_baseline, version_matches
+
+    ok = cell(2, Outcome.PASS, "ok")
+    bad = cell(2, Outcome.FAIL, "x")
+    assert judge(ok, Expectation(Outcome.PASS)).kind == "ok"
+    assert judge(bad, Expectation(Outcome.PASS)).fails_the_gate  # an expected pass now fails
+    assert judge(cell(2, Outcome.SKIP, "s"), Expectation(Outcome.PASS)).fails_the_gate  # no longer runs
+    assert judge(bad, Expectation(Outcome.FAIL)).kind == "known"
+    assert judge(cell(2, Outcome.CRASH, "c"), Expectation(Outcome.FAIL)).fails_the_gate  # another kind
+    assert judge(ok, Expectation(Outcome.FAIL)).kind == "stale"
+    assert judge(bad, None).kind == "new_failure"
+    assert judge(ok, None).kind == "ok"
+    assert version_matches("2.13.0+cpu", ">=2.6,<2.14") and not version_matches("2.14.1", ">=2.6,<2.14")
+    path = tmp_path / "b.toml"
+    path.write_text(
+        'profile = "ci"\npasses = ["a"]\n\n["b"]\noutcome = "fail"\nreason = "r"\ntorch = "<2.13"\n\n'
+        '["c"]\noutcome = "error"\nbackend = "nccl"\n'
+    )
+    baseline = load_baseline(path)
+    assert baseline.profile == "ci" and len(baseline.sha256) == 64
+    assert baseline.expected("a", "2.13.0", "gloo") == Expectation(Outcome.PASS)
+    assert baseline.expected("b", "2.13.0", "gloo") is None  # condition excludes this torch
+    assert baseline.expected("b", "2.12.1", "gloo") is not None
+    assert baseline.expected("c", "2.13.0", "gloo") is None and baseline.expected("c", "2.13.0", "nccl")
+    path.write_text('["b"]\noutcome = "fail"\ntorch = "about 2.13"\n')
+    with pytest.raises(ValueError, match=r"is not like '>=2\.6'"):
+        load_baseline(path)
