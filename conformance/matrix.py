@@ -33,7 +33,7 @@ MAIN_WRAPPERS: tuple[tuple[str, str], ...] = (
 )
 STORAGES: tuple[str, ...] = ("dcp", "torch_save", "torch_save_per_rank")
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "adamw+groups", "adamw+sched", "sgd")
-MODELS: tuple[str, ...] = ("bn_frozen", "mlp", "tied_transformer")
+MODELS: tuple[str, ...] = ("bn_frozen", "frozen_idle", "mlp", "tied_transformer")
 MAIN_APIS: tuple[str, ...] = ("dsd_full", "dsd_sharded", "sd_full", "sd_local", "sd_sharded")
 
 
@@ -107,6 +107,10 @@ PRECISION_SLICE = Slice(
 
 
 RESUME_SLICE = Slice("resume", MAIN_WRAPPERS, MAIN_APIS, optimizers=("adamw+sched",), check="resume")
+# a frozen layer in the optimizer and a never-stepped one: what a resume must carry, at 2 ranks
+RESUME_IDLE_SLICE = dataclasses.replace(
+    RESUME_SLICE, apis=("dsd_sharded", "sd_full"), models=("frozen_idle",)
+)
 HYGIENE_SLICE = Slice(
     "key hygiene", MAIN_WRAPPERS, precisions=("bf16", "fp32"), kinds=("full",), check="hygiene"
 )
@@ -152,6 +156,7 @@ PROFILES: dict[str, Profile] = {
                 (MAIN_SLICE, (2,)),
                 (OPTIMIZER_SLICE, (2,)),
                 (RESUME_SLICE, (2,)),
+                (RESUME_IDLE_SLICE, (2,)),
                 (HYGIENE_CI_SLICE, (2,)),
                 (CORRUPT_SLICE, (2,)),
             ),
@@ -170,6 +175,7 @@ PROFILES: dict[str, Profile] = {
                 (MOE_SLICE, (2, 4)),
                 (PRECISION_SLICE, (2,)),
                 (RESUME_SLICE, (2,)),
+                (RESUME_IDLE_SLICE, (2,)),
                 (HYGIENE_CI_SLICE, (2,)),
                 (CORRUPT_SLICE, (2,)),
             ),
@@ -186,6 +192,7 @@ PROFILES: dict[str, Profile] = {
                 (MOE_SLICE, (1, 2, 4)),
                 (PRECISION_SLICE, (1, 2, 4)),
                 (RESUME_SLICE, (1, 2, 4)),
+                (RESUME_IDLE_SLICE, (1, 2, 4)),
                 (HYGIENE_SLICE, (1, 2, 4)),
                 (CORRUPT_SLICE, (1, 2, 4)),
             ),

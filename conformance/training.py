@@ -136,6 +136,29 @@ class ExpertParallelMoE(nn.Module):
     loss = UnevenMLP.loss
 
 
+class FrozenAndIdle(nn.Module):
+    """What a resume must carry beyond the stepped parameters: a frozen layer that is still in
+    the optimizer (as `optimizer(model.parameters())` puts it there: no gradient, so no state),
+    and a trainable layer that never gets a gradient (an unused branch: in the optimizer, never
+    stepped, no state). After a load both must still be in their param group, without state."""
+
+    wrap_units: tuple[type[nn.Module], ...] = (nn.Linear,)
+    optimize_frozen = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frozen = nn.Linear(13, 24)
+        self.frozen.requires_grad_(False)
+        self.fc = nn.Linear(24, 5)
+        self.idle = nn.Linear(5, 3)  # trainable, never called
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.frozen(x)))
+
+    batch = UnevenMLP.batch
+    loss = UnevenMLP.loss
+
+
 class ReshapedMLP(UnevenMLP):
     """The MLP's parameter names with other shapes (fc2 has 8 outputs, not 7): a checkpoint of
     a different model, for the corrupt check. Not an axis of the matrix."""
@@ -151,6 +174,7 @@ MODELS: dict[str, type[nn.Module]] = {
     "tied_transformer": TiedTransformer,
     "bn_frozen": BatchNormFrozen,
     "moe": ExpertParallelMoE,
+    "frozen_idle": FrozenAndIdle,
     "mlp_reshaped": ReshapedMLP,
 }
 
@@ -208,7 +232,8 @@ def build_optimizer(
         spec = OPTIMIZERS[name]
     except KeyError:
         raise ValueError(f"unknown optimizer {name!r}; known: {sorted(OPTIMIZERS)}") from None
-    params = [p for p in model.parameters() if p.requires_grad]
+    frozen_too = any(getattr(m, "optimize_frozen", False) for m in model.modules())
+    params = [p for p in model.parameters() if p.requires_grad or frozen_too]
     if spec.groups:  # matrices decay, vectors (biases, norms) do not and learn faster
         groups = [
             {"params": [p for p in params if p.dim() >= 2]},

@@ -78,13 +78,22 @@ class PlainWrapper:
         return model.to(ctx.device)
 
 
+def _has_idle_parameters(model: nn.Module) -> bool:
+    """A model with parameters that get no gradient (training.FrozenAndIdle): DDP must be told."""
+    return any(getattr(m, "optimize_frozen", False) for m in model.modules())
+
+
 @dataclass(frozen=True)
 class DdpWrapper:
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         model = model.to(ctx.device)
-        return DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+        return DDP(
+            model,
+            device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+            find_unused_parameters=_has_idle_parameters(model),
+        )
 
 
 def fsdp1_sharding_strategy(name: str):  # type: ignore[no-untyped-def]
