@@ -31,9 +31,15 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, KeyError) as exc:
         print(f"cannot read {args.results}: {exc}", file=sys.stderr)
         return 2
+    from conformance.report.html import render_html
+
     out = args.output or args.results.with_name("matrix.md")
-    out.write_text(render_markdown(environment, sorted(cells, key=lambda c: c.id)))
-    print(f"wrote {out} ({len(cells)} cells)")
+    ordered = sorted(cells, key=lambda c: c.id)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_markdown(environment, ordered))
+    page = out.with_suffix(".html")
+    page.write_text(render_html(environment, ordered))
+    print(f"wrote {out} and {page} ({len(cells)} cells)")
     return 0
 
 

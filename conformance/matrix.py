@@ -210,7 +210,7 @@ class Rule:
     when: dict[str, Any]
     reason: str
 
-    def matches(self, case: Case) -> bool:
+    def matches(self, case: Case | Transfer) -> bool:
         axes = case.axes()
         return all(axes[k] in (v if isinstance(v, tuple) else (v,)) for k, v in self.when.items())
 
@@ -331,33 +331,22 @@ def transfers(profile: str, check: str) -> list[Transfer]:
     return sorted(out, key=lambda t: t.id)
 
 
-@dataclass(frozen=True)
-class TransferRule:
-    """A transfer whose axes (Transfer.axes(): the save case's, and load_* for the other side)
-    match `when` cannot load by design: its load must raise."""
-
-    when: dict[str, Any]
-    reason: str
-
-    def matches(self, transfer: Transfer) -> bool:
-        axes = transfer.axes()
-        return all(axes[k] in (v if isinstance(v, tuple) else (v,)) for k, v in self.when.items())
-
-
-REFUSALS: tuple[TransferRule, ...] = (
-    TransferRule(
+# A transfer whose axes (Transfer.axes(): the save case's, and load_* for the other side)
+# match cannot load by design: its load must raise.
+REFUSALS: tuple[Rule, ...] = (
+    Rule(
         {"check": "reshard", "kind": "local"},
         "LOCAL_STATE_DICT holds each rank's flat shard as it is: it belongs to one world size",
     ),
-    TransferRule(
+    Rule(
         {"check": "reshard", "kind": "sharded", "storage": "torch_save_per_rank"},
         "per-rank files of sharded state: each file is one rank's shard of the saving world",
     ),
-    TransferRule(
+    Rule(
         {"check": "reshard", "storage": "torch_save_per_rank", "direction": "grow"},
         "per-rank files: the new ranks have no file to load",
     ),
-    TransferRule(
+    Rule(
         {"check": "interop", "storage_change": "yes"},
         "the loading configuration reads another storage format than the saving one wrote",
     ),

@@ -21,6 +21,7 @@ from conformance.check.roundtrip import StrategyFactory
 from conformance.matrix import CHECKS, PROFILES, cases, transfers
 from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.report.environment import environment
+from conformance.report.html import render_html
 from conformance.report.markdown import render_markdown
 from conformance.report.results import results_document, write_results
 from conformance.runner import resolve_backend, run_case
@@ -247,6 +248,7 @@ class ResultCollector:
         self.out = self.report_dir(backend)
         write_results(self.out / "results.json", results_document(env, results))
         (self.out / "matrix.md").write_text(render_markdown(env, results))
+        (self.out / "matrix.html").write_text(render_html(env, results))
         if self.config.getoption("update_baseline"):
             header = (
                 f"Known outcomes: torch {env['torch']}, {env['backend']}, matrix {env['matrix']}.\n"
@@ -268,4 +270,4 @@ class ResultCollector:
         summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
         terminalreporter.write_line(f"{len(self.results)} cells: {summary}")
         terminalreporter.write_line(f"results: {self.out / 'results.json'}")
-        terminalreporter.write_line(f"matrix:  {self.out / 'matrix.md'}")
+        terminalreporter.write_line(f"matrix:  {self.out / 'matrix.md'} and matrix.html")

@@ -1,0 +1,158 @@
+"""One self-contained HTML page from results.json: no network access needed.
+
+A row per cell, coloured by outcome, with a filter per axis (also settable from the URL:
+`matrix.html?check=reshard&outcome=fail`), a legend, counts of passed / run per check, and
+for every cell that did not pass its first error line and the command that reruns it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import Counter
+from typing import Any
+
+from conformance.outcome import FAILING, CellResult, Outcome
+
+FILTER_AXES = (
+    "check",
+    "outcome",
+    "family",
+    "wrapper",
+    "sharding",
+    "api",
+    "kind",
+    "storage",
+    "model",
+    "world_size",
+)
+COLOURS = {
+    "pass": "#c8f0c8",
+    "refused": "#dff3d0",
+    "fail": "#f8c4c4",
+    "error": "#f5a9a9",
+    "crash": "#e88a8a",
+    "hang": "#f0b27a",
+    "skip": "#e6e6e6",
+    "unsupported": "#d9d9f3",
+}
+LEGEND = {
+    "pass": "every compared value bitwise equal (or, for corrupt, the damaged load raised)",
+    "refused": "reshard / interop: cannot load by design, and the load raised, as it must",
+    "fail": "ran, and something differs; the detail names key, rank, dtype and first index",
+    "error": "an exception on some rank; the originating rank's error first",
+    "crash": "a rank died (signal or exit code)",
+    "hang": "over the cell timeout; every rank's stack is in the detail",
+    "skip": "cannot run in this environment, with the reason",
+    "unsupported": "not supported by design, with the reason; never counted as a pass",
+}
+
+SCRIPT = """
+const axes = JSON.parse(document.getElementById('axes').textContent);
+const rows = Array.from(document.querySelectorAll('tbody tr'));
+const selects = {};
+for (const axis of axes) selects[axis] = document.getElementById('f-' + axis);
+const params = new URLSearchParams(window.location.search);
+for (const axis of axes) if (params.has(axis)) selects[axis].value = params.get(axis);
+function apply() {
+  let shown = 0;
+  for (const row of rows) {
+    const ok = axes.every(a => !selects[a].value || row.dataset[a.replace('_', '')] === selects[a].value);
+    row.style.display = ok ? '' : 'none';
+    if (ok) shown += 1;
+  }
+  document.getElementById('shown').textContent = shown + ' of ' + rows.length + ' cells shown';
+}
+for (const axis of axes) selects[axis].addEventListener('change', apply);
+apply();
+"""
+
+
+def word(cell: CellResult) -> str:
+    """The outcome as the page shows it: refusals of reshard / interop are their own word."""
+    from conformance.report.markdown import REFUSED
+
+    if cell.outcome is Outcome.PASS and cell.detail.startswith(REFUSED):
+        return "refused"
+    return cell.outcome.value
+
+
+def repro_command(cell: CellResult, matrix: str) -> str:
+    """The command that reruns this one cell (pytest node id: exact, whatever the id holds)."""
+    check = str(cell.axes.get("check", "roundtrip"))
+    return f'pytest "cases/test_{check}.py::test_{check}[{cell.id}]" --matrix {matrix}'
+
+
+def render_html(environment: dict[str, Any], cells: list[CellResult]) -> str:
+    from conformance.report.markdown import first_line
+
+    esc = html.escape
+    matrix = str(environment.get("matrix") or "default")
+    values = {axis: sorted({str(c.axes.get(axis, "")) for c in cells} - {""}) for axis in FILTER_AXES[2:]}
+    values["check"] = sorted({str(c.axes.get("check", "roundtrip")) for c in cells})
+    values["outcome"] = sorted({word(c) for c in cells})
+    filters = []
+    for axis in FILTER_AXES:
+        options = "".join(f'<option value="{esc(v)}">{esc(v)}</option>' for v in values[axis])
+        filters.append(
+            f'<label>{axis} <select id="f-{axis}"><option value="">all</option>{options}</select></label>'
+        )
+    body = []
+    for cell in sorted(cells, key=lambda c: c.id):
+        shown = word(cell)
+        data = " ".join(
+            f'data-{axis.replace("_", "")}="{esc(str(cell.axes.get(axis, "roundtrip" if axis == "check" else "")))}"'
+            for axis in FILTER_AXES
+            if axis != "outcome"
+        )
+        note = ""
+        if cell.outcome in FAILING:
+            note = (
+                f'<div class="err">{esc(first_line(cell.detail))}</div>'
+                f'<code class="repro">{esc(repro_command(cell, matrix))}</code>'
+            )
+        elif cell.outcome in (Outcome.SKIP, Outcome.UNSUPPORTED):
+            note = f'<div class="why">{esc(cell.detail[:300])}</div>'
+        body.append(
+            f'<tr class="o-{shown}" data-outcome="{shown}" {data}><td><code>{esc(cell.id)}</code>{note}</td>'
+            f"<td>{esc(shown)}</td></tr>"
+        )
+    per_check: dict[str, Counter[str]] = {}
+    for cell in cells:
+        per_check.setdefault(str(cell.axes.get("check", "roundtrip")), Counter())[word(cell)] += 1
+    summary = []
+    for check, counts in sorted(per_check.items()):
+        ran = sum(v for k, v in counts.items() if k not in ("skip", "unsupported"))
+        passed = counts["pass"] + counts["refused"]
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        summary.append(f"<li>{esc(check)}: [{passed}/{ran}] passed of those run ({esc(detail)})</li>")
+    css = "".join(f".o-{k} td:last-child, .legend .o-{k} {{ background: {v}; }}" for k, v in COLOURS.items())
+    legend = "".join(f'<li><span class="o-{k}">{k}</span>: {esc(v)}</li>' for k, v in LEGEND.items())
+    env = environment
+    title = f"Checkpoint conformance: torch {env.get('torch')} on {env.get('backend')} ({env.get('device')})"
+    meta = ", ".join(
+        f"{k} {env.get(k)}"
+        for k in ("matrix", "time_utc", "suite_version", "suite_commit", "python", "platform")
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 1em; }} table {{ border-collapse: collapse; width: 100%; }}
+td {{ border: 1px solid #ccc; padding: 2px 6px; vertical-align: top; font-size: 13px; }}
+.err {{ color: #800; }} .why {{ color: #555; }} .repro {{ color: #333; font-size: 12px; }}
+.legend span {{ padding: 0 4px; }} label {{ margin-right: 8px; }} {css}
+</style></head><body>
+<h1>{esc(title)}</h1>
+<p>{esc(meta)}</p>
+<ul class="legend">{legend}</ul>
+<ul>{"".join(summary)}</ul>
+<div>{"".join(filters)}</div>
+<p id="shown"></p>
+<table><thead><tr><td>cell</td><td>outcome</td></tr></thead>
+<tbody>
+{chr(10).join(body)}
+</tbody></table>
+<script type="application/json" id="axes">{json.dumps(list(FILTER_AXES))}</script>
+<script>{SCRIPT}</script>
+</body></html>
+"""
