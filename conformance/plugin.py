@@ -11,6 +11,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -172,6 +173,18 @@ def _to_pytest(result: CellResult, baseline: Baseline | None, backend: str) -> N
         pytest.fail(f"{result.outcome.value}: {result.detail}", pytrace=False)
 
 
+def _hypothesis_settings(config: pytest.Config) -> dict[str, Any]:
+    from hypothesis import settings
+
+    current = settings()
+    return {
+        "profile": config.getoption("hypothesis_profile", None) or "dev",
+        "seed": config.getoption("hypothesis_seed", None),
+        "derandomize": current.derandomize,
+        "max_examples": current.max_examples,
+    }
+
+
 def profile_cell_ids(profile: str) -> set[str]:
     """Every cell id the profile has, over every check (what a baseline of it should cover)."""
     ids: set[str] = set()
@@ -242,6 +255,7 @@ class ResultCollector:
             world_sizes=sorted({int(r.axes["world_size"]) for r in results}),
             matrix=self.config.getoption("matrix"),
             args=list(self.config.invocation_params.args),
+            hypothesis=_hypothesis_settings(self.config),
         )
         if baseline is not None:
             env["baseline"] = {"path": baseline.path, "sha256": baseline.sha256, "profile": baseline.profile}

@@ -29,12 +29,37 @@ def suite_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def environment(*, backend: str, world_sizes: list[int], matrix: str, args: list[str]) -> dict[str, Any]:
+def environment(
+    *,
+    backend: str,
+    world_sizes: list[int],
+    matrix: str,
+    args: list[str],
+    hypothesis: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run's metadata. `series` names what makes runs comparable (hardware kind, backend);
+    `variant` the exact versions within a series. The flat fields repeat them for readers of
+    schema 1 that came first."""
     cuda = torch.cuda.is_available()
     nccl = None
     if cuda and torch.distributed.is_nccl_available():
         nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    hardware = "cuda" if backend == "nccl" and cuda else "cpu"
+    device = torch.cuda.get_device_name(0) if hardware == "cuda" else "cpu"
+    device_count = torch.cuda.device_count() if hardware == "cuda" else 1
     return {
+        "series": {"hardware": hardware, "backend": backend},
+        "variant": {
+            "torch": torch.__version__,
+            "torch_git": torch.version.git_version,
+            "cuda": torch.version.cuda if cuda else None,
+            "nccl": nccl,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "device": device,
+            "device_count": device_count,
+        },
+        "hypothesis": hypothesis or {},
         "suite_version": conformance.__version__,
         "suite_commit": suite_commit(),
         "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -45,8 +70,8 @@ def environment(*, backend: str, world_sizes: list[int], matrix: str, args: list
         "python": platform.python_version(),
         "platform": platform.platform(),
         "backend": backend,
-        "device": torch.cuda.get_device_name(0) if backend == "nccl" and cuda else "cpu",
-        "device_count": torch.cuda.device_count() if backend == "nccl" else 1,
+        "device": device,
+        "device_count": device_count,
         "world_sizes": sorted(world_sizes),
         "matrix": matrix,
         "pytest_args": args,
