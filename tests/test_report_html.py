@@ -49,10 +49,7 @@ def test_page_is_self_contained_with_error_line_and_repro() -> None:
     page = html.unescape(render_html(ENV, CELLS))
     assert "http://" not in page and "https://" not in page  # nothing to fetch
     assert "rank 0: RuntimeError: setStorage: out of bounds" in page
-    assert (
-        'pytest "cases/test_roundtrip.py::test_roundtrip[fsdp2-dsd_full-dcp-adamw-mlp-w2]" --matrix ci'
-        in page
-    )
+    assert "torchrun --nproc-per-node 2 -m conformance.repro fsdp2-dsd_full-dcp-adamw-mlp-w2" in page
     assert "never counted as a pass" in page  # the legend
     assert "roundtrip: [1/2] passed of those run" in page
 

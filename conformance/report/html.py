@@ -78,8 +78,11 @@ def word(cell: CellResult) -> str:
 
 
 def repro_command(cell: CellResult, matrix: str) -> str:
-    """The command that reruns this one cell (pytest node id: exact, whatever the id holds)."""
+    """The command that reruns this one cell: a round trip outside pytest under torchrun
+    (conformance.repro); a check of several worlds by its pytest node id."""
     check = str(cell.axes.get("check", "roundtrip"))
+    if check == "roundtrip":
+        return f"torchrun --nproc-per-node {cell.axes['world_size']} -m conformance.repro {cell.id}"
     return f'pytest "cases/test_{check}.py::test_{check}[{cell.id}]" --matrix {matrix}'
 
 
