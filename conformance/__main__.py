@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     render = commands.add_parser("render", help="write matrix.md from a results.json (no re-run)")
     render.add_argument("results", type=Path)
     render.add_argument("-o", "--output", type=Path, help="default: matrix.md beside the results")
+    render.add_argument("--baseline", type=Path, help="mark the failures this baseline expects as known")
     diff = commands.add_parser("diff", help="compare two results.json: metadata, then changed cells")
     diff.add_argument("old", type=Path)
     diff.add_argument("new", type=Path)
@@ -31,14 +32,21 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, KeyError) as exc:
         print(f"cannot read {args.results}: {exc}", file=sys.stderr)
         return 2
+    from conformance.baseline import known_failures, load_baseline
     from conformance.report.html import render_html
+
+    try:
+        known = known_failures(cells, load_baseline(args.baseline)) if args.baseline else {}
+    except (OSError, ValueError) as exc:
+        print(f"cannot read the baseline: {exc}", file=sys.stderr)
+        return 2
 
     out = args.output or args.results.with_name("matrix.md")
     ordered = sorted(cells, key=lambda c: c.id)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_markdown(environment, ordered))
+    out.write_text(render_markdown(environment, ordered, known))
     page = out.with_suffix(".html")
-    page.write_text(render_html(environment, ordered))
+    page.write_text(render_html(environment, ordered, known))
     print(f"wrote {out} and {page} ({len(cells)} cells)")
     return 0
 

@@ -191,3 +191,18 @@ def render_baseline(
                     if v
                 ]
     return "\n".join(lines) + "\n"
+
+
+def known_failures(results: list[CellResult], baseline: Baseline | None) -> dict[str, Expectation]:
+    """The cells whose failure the baseline expects (same outcome), for the tables' legend
+    word "known" with the entry's reason and link."""
+    if baseline is None:
+        return {}
+    import torch
+
+    out = {}
+    for result in results:
+        entry = baseline.expected(result.id, torch.__version__, str(result.axes.get("backend", "")))
+        if entry is not None and result.outcome in FAILING and entry.outcome == result.outcome:
+            out[result.id] = entry
+    return out

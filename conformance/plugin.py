@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from conformance.baseline import Baseline, judge, load_baseline, render_baseline
+from conformance.baseline import Baseline, judge, known_failures, load_baseline, render_baseline
 from conformance.case import API_KINDS, Case, Transfer
 from conformance.check.roundtrip import StrategyFactory
 from conformance.matrix import CHECKS, PROFILES, cases, transfers
@@ -261,8 +261,9 @@ class ResultCollector:
             env["baseline"] = {"path": baseline.path, "sha256": baseline.sha256, "profile": baseline.profile}
         self.out = self.report_dir(backend)
         write_results(self.out / "results.json", results_document(env, results))
-        (self.out / "matrix.md").write_text(render_markdown(env, results))
-        (self.out / "matrix.html").write_text(render_html(env, results))
+        known = known_failures(results, baseline)
+        (self.out / "matrix.md").write_text(render_markdown(env, results, known))
+        (self.out / "matrix.html").write_text(render_html(env, results, known))
         if self.config.getoption("update_baseline"):
             header = (
                 f"Known outcomes: torch {env['torch']}, {env['backend']}, matrix {env['matrix']}.\n"

@@ -169,3 +169,19 @@ def test_gate_judges_each_outcome_against_its_expectation(tmp_path: Path) -> Non
     path.write_text('["b"]\noutcome = "fail"\ntorch = "about 2.13"\n')
     with pytest.raises(ValueError, match=r"is not like '>=2\.6'"):
         load_baseline(path)
+
+
+def test_known_failures_show_as_known_with_reason_and_link() -> None:
+    from conformance.baseline import Baseline, Expectation, known_failures
+    from conformance.report.html import render_html
+
+    cells = [cell(1, Outcome.PASS, "ok"), cell(2, Outcome.ERROR, ERROR_DETAIL)]
+    link = "https://github.com/pytorch/pytorch/issues/1"
+    baseline = Baseline({cells[1].id: Expectation(Outcome.ERROR, "offload on CPU", link)})
+    known = known_failures(cells, baseline)
+    assert list(known) == [cells[1].id]
+    assert known_failures(cells, Baseline({cells[1].id: Expectation(Outcome.CRASH)})) == {}  # other kind
+    text = render_markdown(ENV, cells, known)
+    assert "known error" in text and f"known error (offload on CPU, {link})" in text
+    page = render_html(ENV, cells, known)
+    assert 'data-outcome="known"' in page and f'<a href="{link}">' in page

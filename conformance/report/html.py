@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from conformance.outcome import FAILING, CellResult, Outcome
@@ -29,6 +30,7 @@ FILTER_AXES = (
 COLOURS = {
     "pass": "#c8f0c8",
     "refused": "#dff3d0",
+    "known": "#f3e3c4",
     "fail": "#f8c4c4",
     "error": "#f5a9a9",
     "crash": "#e88a8a",
@@ -39,6 +41,7 @@ COLOURS = {
 LEGEND = {
     "pass": "every compared value bitwise equal (or, for corrupt, the damaged load raised)",
     "refused": "reshard / interop: cannot load by design, and the load raised, as it must",
+    "known": "a failure the baseline expects: its reason and link are shown",
     "fail": "ran, and something differs; the detail names key, rank, dtype and first index",
     "error": "an exception on some rank; the originating rank's error first",
     "crash": "a rank died (signal or exit code)",
@@ -68,10 +71,13 @@ apply();
 """
 
 
-def word(cell: CellResult) -> str:
-    """The outcome as the page shows it: refusals of reshard / interop are their own word."""
+def word(cell: CellResult, known: Mapping[str, Any] | None = None) -> str:
+    """The outcome as the page shows it: refusals of reshard / interop and failures a baseline
+    expects are words of their own."""
     from conformance.report.markdown import REFUSED
 
+    if known and cell.id in known:
+        return "known"
     if cell.outcome is Outcome.PASS and cell.detail.startswith(REFUSED):
         return "refused"
     return cell.outcome.value
@@ -86,14 +92,18 @@ def repro_command(cell: CellResult, matrix: str) -> str:
     return f'pytest "cases/test_{check}.py::test_{check}[{cell.id}]" --matrix {matrix}'
 
 
-def render_html(environment: dict[str, Any], cells: list[CellResult]) -> str:
+def render_html(
+    environment: dict[str, Any], cells: list[CellResult], known: Mapping[str, Any] | None = None
+) -> str:
+    """`known`: cell id -> baseline.Expectation of the failures a baseline expects."""
     from conformance.report.markdown import first_line
 
+    known = known or {}
     esc = html.escape
     matrix = str(environment.get("matrix") or "default")
     values = {axis: sorted({str(c.axes.get(axis, "")) for c in cells} - {""}) for axis in FILTER_AXES[2:]}
     values["check"] = sorted({str(c.axes.get("check", "roundtrip")) for c in cells})
-    values["outcome"] = sorted({word(c) for c in cells})
+    values["outcome"] = sorted({word(c, known) for c in cells})
     filters = []
     for axis in FILTER_AXES:
         options = "".join(f'<option value="{esc(v)}">{esc(v)}</option>' for v in values[axis])
@@ -102,7 +112,7 @@ def render_html(environment: dict[str, Any], cells: list[CellResult]) -> str:
         )
     body = []
     for cell in sorted(cells, key=lambda c: c.id):
-        shown = word(cell)
+        shown = word(cell, known)
         data = " ".join(
             f'data-{axis.replace("_", "")}="{esc(str(cell.axes.get(axis, "roundtrip" if axis == "check" else "")))}"'
             for axis in FILTER_AXES
@@ -110,7 +120,11 @@ def render_html(environment: dict[str, Any], cells: list[CellResult]) -> str:
         )
         note = ""
         if cell.outcome in FAILING:
-            note = (
+            entry = known.get(cell.id)
+            if entry is not None:
+                link = f' <a href="{esc(entry.link)}">{esc(entry.link)}</a>' if entry.link else ""
+                note = f'<div class="why">known {esc(cell.outcome.value)}: {esc(entry.reason)}{link}</div>'
+            note += (
                 f'<div class="err">{esc(first_line(cell.detail))}</div>'
                 f'<code class="repro">{esc(repro_command(cell, matrix))}</code>'
             )
@@ -122,7 +136,7 @@ def render_html(environment: dict[str, Any], cells: list[CellResult]) -> str:
         )
     per_check: dict[str, Counter[str]] = {}
     for cell in cells:
-        per_check.setdefault(str(cell.axes.get("check", "roundtrip")), Counter())[word(cell)] += 1
+        per_check.setdefault(str(cell.axes.get("check", "roundtrip")), Counter())[word(cell, known)] += 1
     summary = []
     for check, counts in sorted(per_check.items()):
         ran = sum(v for k, v in counts.items() if k not in ("skip", "unsupported"))

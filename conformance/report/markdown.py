@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from tabulate import tabulate
@@ -26,6 +27,7 @@ LEGEND = (
     "CRASH: a rank died (signal or exit code). HANG: over the cell timeout. "
     "skip: cannot run in this environment. unsupported: not supported by design, never a pass. "
     "refused (reshard, interop): cannot load by design, and the load raised, as it must (counted as passed). "
+    "known <outcome>: a failure the baseline expects (its reason and link are in the list below). "
     "An empty cell: that column is not in this profile for the row. [passed/run]: passes of the cells "
     "that ran (unsupported and skipped cells are not counted either way). "
     "Buffers (per rank under FSDP): after a load from one rank-0 file every rank must hold rank 0's copy; "
@@ -91,15 +93,19 @@ CHECK_TITLES = {
 HEADERS = ["wrapper", "sharding", "api", "kind", "storage", "optimizer", "model", "precision"]
 
 
-def _symbol(cell: CellResult | None) -> str:
+def _symbol(cell: CellResult | None, known: Mapping[str, Any]) -> str:
     if cell is None:
         return ""
+    if cell.id in known:
+        return f"known {cell.outcome.value}"
     if cell.outcome is Outcome.PASS and cell.detail.startswith(REFUSED):
         return "refused"
     return SYMBOLS[cell.outcome]
 
 
-def _grid(cells: list[CellResult], row: Any, column: Any, row_headers: list[str]) -> str:
+def _grid(
+    cells: list[CellResult], row: Any, column: Any, row_headers: list[str], known: Mapping[str, Any]
+) -> str:
     """A table of cells by (row key, column key), with [passed/total] per row and column."""
     rows: dict[tuple[str, ...], dict[str, CellResult]] = defaultdict(dict)
     for cell in cells:
@@ -110,7 +116,7 @@ def _grid(cells: list[CellResult], row: Any, column: Any, row_headers: list[str]
         by_col = rows[key]
         ran = [c for c in by_col.values() if c.outcome not in (Outcome.SKIP, Outcome.UNSUPPORTED)]
         passed = sum(c.outcome is Outcome.PASS for c in ran)
-        table.append([*key, *(_symbol(by_col.get(col)) for col in columns), f"[{passed}/{len(ran)}]"])
+        table.append([*key, *(_symbol(by_col.get(col), known) for col in columns), f"[{passed}/{len(ran)}]"])
     totals = []
     for col in columns:
         ran = [
@@ -123,13 +129,14 @@ def _grid(cells: list[CellResult], row: Any, column: Any, row_headers: list[str]
     return tabulate(table, headers=[*row_headers, *columns, "passed/run"], tablefmt="github")
 
 
-def _section(check: str, cells: list[CellResult]) -> str:
+def _section(check: str, cells: list[CellResult], known: Mapping[str, Any]) -> str:
     if check == "reshard":
         return _grid(
             cells,
             lambda c: tuple(str(c.axes[k]) for k in ("wrapper", "sharding", "api", "storage")),
             lambda c: f"w{c.axes['save_world_size']} to w{c.axes['load_world_size']}",
             ["wrapper", "sharding", "api", "storage"],
+            known,
         )
     if check == "interop":
         return _grid(
@@ -137,6 +144,7 @@ def _section(check: str, cells: list[CellResult]) -> str:
             lambda c: (f"{c.axes['wrapper']} {c.axes['api']} {c.axes['storage']} w{c.axes['world_size']}",),
             lambda c: str(c.axes["load_config"]),
             ["saved by \\ loaded by"],
+            known,
         )
     extra = ["variant"] if any(c.axes.get("variant") for c in cells) else []
     keys = HEADERS + extra
@@ -145,10 +153,15 @@ def _section(check: str, cells: list[CellResult]) -> str:
         lambda c: tuple(str(c.axes.get(k, "")) for k in keys),
         lambda c: f"w{c.axes['world_size']}",
         keys,
+        known,
     )
 
 
-def render_markdown(environment: dict[str, Any], cells: list[CellResult]) -> str:
+def render_markdown(
+    environment: dict[str, Any], cells: list[CellResult], known: Mapping[str, Any] | None = None
+) -> str:
+    """`known`: cell id -> baseline.Expectation of the failures a baseline expects."""
+    known = known or {}
     by_check: dict[str, list[CellResult]] = defaultdict(list)
     for cell in cells:
         by_check[str(cell.axes.get("check", "roundtrip"))].append(cell)
@@ -169,12 +182,19 @@ def render_markdown(environment: dict[str, Any], cells: list[CellResult]) -> str
         "",
     ]
     for check in [c for c in CHECK_TITLES if c in by_check] + sorted(set(by_check) - set(CHECK_TITLES)):
-        lines += [f"## {CHECK_TITLES.get(check, check)}", "", _section(check, by_check[check]), ""]
+        lines += [f"## {CHECK_TITLES.get(check, check)}", "", _section(check, by_check[check], known), ""]
     ordered = sorted(cells, key=lambda c: c.id)
     problems = [c for c in ordered if c.outcome in FAILING]
     if problems:
         lines += ["## Cells that did not pass", ""]
-        lines += [f"- `{c.id}`: {c.outcome.value}: {first_line(c.detail)}" for c in problems]
+        for c in problems:
+            entry = known.get(c.id)
+            tag = (
+                f"known {c.outcome.value} ({entry.reason}{', ' + entry.link if entry.link else ''})"
+                if entry
+                else c.outcome.value
+            )
+            lines.append(f"- `{c.id}`: {tag}: {first_line(c.detail)}")
         lines.append("")
     reasons: dict[tuple[str, str], list[str]] = defaultdict(list)
     for c in ordered:
