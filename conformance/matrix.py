@@ -287,11 +287,13 @@ UNSUPPORTED: tuple[Rule, ...] = (
 )
 
 
+def first_reason(rules: tuple[Rule, ...], cell: Case | Transfer) -> str | None:
+    """The reason of the first rule the cell matches, or None."""
+    return next((rule.reason for rule in rules if rule.matches(cell)), None)
+
+
 def unsupported_reason(case: Case) -> str | None:
-    for rule in UNSUPPORTED:
-        if rule.matches(case):
-            return rule.reason
-    return None
+    return first_reason(UNSUPPORTED, case)
 
 
 CHECKS = ("corrupt", "hygiene", "interop", "reshard", "resume", "roundtrip")
@@ -310,6 +312,11 @@ def cases(profile: str, check: str = "roundtrip") -> list[Case]:
     parts = _profile(profile).parts
     unique = {case for slice_, sizes in parts if slice_.check == check for case in slice_.cases(sizes)}
     return sorted(unique, key=lambda c: c.id)
+
+
+def cells(profile: str, check: str) -> list[Case] | list[Transfer]:
+    """Every cell of a profile for any check, sorted by id."""
+    return transfers(profile, check) if check in ("reshard", "interop") else cases(profile, check)
 
 
 def transfers(profile: str, check: str) -> list[Transfer]:
@@ -354,10 +361,7 @@ REFUSALS: tuple[Rule, ...] = (
 
 
 def refusal_reason(transfer: Transfer) -> str | None:
-    for rule in REFUSALS:
-        if rule.matches(transfer):
-            return rule.reason
-    return None
+    return first_reason(REFUSALS, transfer)
 
 
 def transfer_unsupported_reason(transfer: Transfer) -> str | None:

@@ -19,7 +19,7 @@ import torch
 from conformance.baseline import Baseline, judge, known_failures, load_baseline, render_baseline
 from conformance.case import API_KINDS, Case, Transfer
 from conformance.check.roundtrip import StrategyFactory
-from conformance.matrix import CHECKS, PROFILES, cases, transfers
+from conformance.matrix import CHECKS, PROFILES, cells
 from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.report.environment import environment
 from conformance.report.html import render_html
@@ -111,15 +111,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for fixture, check in CELL_FIXTURES.items():
         if fixture not in metafunc.fixturenames:
             continue
-        profile = metafunc.config.getoption("matrix")
-        cells = transfers(profile, check) if check in ("reshard", "interop") else cases(profile, check)
         params = [
             pytest.param(
                 cell,
                 id=cell.id,
                 marks=[getattr(pytest.mark, m) for m in (cell.kind, cell.family, check)],
             )
-            for cell in cells
+            for cell in cells(metafunc.config.getoption("matrix"), check)
         ]
         metafunc.parametrize(fixture, params)
 
@@ -187,11 +185,7 @@ def _hypothesis_settings(config: pytest.Config) -> dict[str, Any]:
 
 def profile_cell_ids(profile: str) -> set[str]:
     """Every cell id the profile has, over every check (what a baseline of it should cover)."""
-    ids: set[str] = set()
-    for check in CHECKS:
-        cells = transfers(profile, check) if check in ("reshard", "interop") else cases(profile, check)
-        ids.update(c.id for c in cells)
-    return ids
+    return {cell.id for check in CHECKS for cell in cells(profile, check)}
 
 
 class ResultCollector:

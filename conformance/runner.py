@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import traceback
 import zlib
@@ -81,7 +80,7 @@ def _not_here(cell: Cell, backend: str) -> tuple[Outcome, str] | None:
             if reason:
                 return Outcome.SKIP, f"{side} side: {reason}"
         return None
-    reason = unsupported_reason(dataclasses.replace(cell, check="roundtrip", variant=""))
+    reason = unsupported_reason(cell)
     if reason:
         return Outcome.UNSUPPORTED, reason
     reason = environment_skip(cell, backend)

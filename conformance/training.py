@@ -225,6 +225,12 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
 }
 
 
+def has_idle_parameters(model: nn.Module) -> bool:
+    """Whether the model keeps parameters that get no gradient in its optimizer
+    (FrozenAndIdle): build_optimizer includes them, and DDP must be told."""
+    return any(getattr(m, "optimize_frozen", False) for m in model.modules())
+
+
 def build_optimizer(
     name: str, model: nn.Module
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler | None]:
@@ -232,7 +238,7 @@ def build_optimizer(
         spec = OPTIMIZERS[name]
     except KeyError:
         raise ValueError(f"unknown optimizer {name!r}; known: {sorted(OPTIMIZERS)}") from None
-    frozen_too = any(getattr(m, "optimize_frozen", False) for m in model.modules())
+    frozen_too = has_idle_parameters(model)
     params = [p for p in model.parameters() if p.requires_grad or frozen_too]
     if spec.groups:  # matrices decay, vectors (biases, norms) do not and learn faster
         groups = [

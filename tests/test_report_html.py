@@ -15,20 +15,10 @@ import pytest
 
 from conformance.outcome import CellResult, Outcome
 from conformance.report.html import render_html
+from tests.test_report import AXES as REPORT_AXES
+from tests.test_report import ENV
 
-AXES = {
-    "wrapper": "fsdp2",
-    "family": "fsdp2",
-    "sharding": "shard",
-    "api": "dsd_full",
-    "kind": "full",
-    "storage": "dcp",
-    "optimizer": "adamw",
-    "model": "mlp",
-    "precision": "fp32",
-    "check": "roundtrip",
-}
-ENV = {"torch": "2.13.0", "backend": "gloo", "device": "cpu", "matrix": "ci"}
+AXES = {**REPORT_AXES, "family": "fsdp2", "check": "roundtrip"}
 ERROR = "rank 0 raised RuntimeError first:\nTraceback (most recent call last):\nRuntimeError: setStorage: out of bounds"
 CELLS = [
     CellResult(

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from conformance.case import Case
+from conformance.check import snapshot
 from conformance.check.compare import compare_states
 from conformance.check.phases import PhaseError, Phases
 from conformance.check.roundtrip import StrategyFactory, limit_lines
@@ -30,7 +31,8 @@ from conformance.strategy.builtin import builtin_strategy
 from conformance.training import build_model
 from conformance.world import RankContext
 
-WRAPPER_SEGMENTS = ("_fsdp_wrapped_module.", "_forward_module.", "_orig_mod.", "_checkpoint_wrapped_module.")
+# the segments the harness strips from names, and Lightning's _forward_module. too
+WRAPPER_SEGMENTS = (*snapshot.WRAPPER_SEGMENTS, "_forward_module.")
 
 
 @dataclass(frozen=True)

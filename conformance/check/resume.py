@@ -24,6 +24,7 @@ from conformance.check.roundtrip import (
     flat_sharded,
     fresh_state,
     limit_lines,
+    preload_hook,
 )
 from conformance.check.snapshot import count_elements, full_state, local_state
 from conformance.outcome import Outcome
@@ -68,9 +69,7 @@ def run_b(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
     assert spec.reference is not None
     case, path = spec.case, Path(spec.directory)
     strategy = spec.strategy_factory(case)
-    load_before_wrap = getattr(strategy, "load_before_wrap", None)
-    preload = (lambda model: load_before_wrap(model, path, ctx)) if callable(load_before_wrap) else None
-    state = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, preload=preload)
+    state = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, preload=preload_hook(strategy, path, ctx))
     strategy.load(state, path, ctx)
     got = _finish(state, case, ctx)
     want = spec.reference[ctx.rank]

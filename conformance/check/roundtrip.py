@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
@@ -58,7 +59,8 @@ def _require_substance(snapshot: Snapshot) -> None:
         raise VacuousCheckError("the optimizer holds no state after training: nothing to compare")
 
 
-def _differs_somewhere(trained: Snapshot, fresh: Snapshot) -> bool:
+def differs_somewhere(trained: Snapshot, fresh: Snapshot) -> bool:
+    """Whether some parameter of `trained` differs in `fresh` (a load could be told from none)."""
     keys = [k for k in trained if k.startswith("param/") and k in fresh]
     return any(compare_states({k: trained[k]}, {k: fresh[k]}) for k in keys)
 
@@ -78,6 +80,12 @@ def fresh_state(
     model = strategy.wrap(model, ctx)
     optim, scheduler = build_optimizer(case.optimizer, model)
     return TrainState(model, optim, scheduler)
+
+
+def preload_hook(strategy: Strategy, path: Path, ctx: RankContext) -> Callable[[Any], None] | None:
+    """The strategy's optional load_before_wrap, bound to this checkpoint, for fresh_state."""
+    hook = getattr(strategy, "load_before_wrap", None)
+    return (lambda model: hook(model, path, ctx)) if callable(hook) else None
 
 
 def _buffers(snapshot: Snapshot) -> Snapshot:
@@ -127,16 +135,14 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
             "the strategy returned the trained model again instead of wrapping the fresh one"
         )
     fresh_full = full_state(fresh.model, fresh.optim, fresh.scheduler, ctx, sharded=sharded)
-    if ctx.rank == 0 and not _differs_somewhere(before_full, fresh_full):  # type: ignore[arg-type]
+    if ctx.rank == 0 and not differs_somewhere(before_full, fresh_full):  # type: ignore[arg-type]
         raise VacuousCheckError(
             "the fresh model already equals the trained one: a load could not be told from no load"
         )
 
-    load_before_wrap = getattr(strategy, "load_before_wrap", None)
-    if callable(load_before_wrap):  # the model checked above is set aside for one loaded before wrapping
-        fresh = fresh_state(
-            strategy, case, ctx, seed=ctx.seed + 1, preload=lambda model: load_before_wrap(model, path, ctx)
-        )
+    preload = preload_hook(strategy, path, ctx)
+    if preload is not None:  # the model checked above is set aside for one loaded before wrapping
+        fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, preload=preload)
     strategy.load(fresh, path, ctx)
     after_local = local_state(fresh.model, fresh.optim, fresh.scheduler)
     after_full = full_state(fresh.model, fresh.optim, fresh.scheduler, ctx, sharded=sharded)

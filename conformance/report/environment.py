@@ -47,31 +47,25 @@ def environment(
     hardware = "cuda" if backend == "nccl" and cuda else "cpu"
     device = torch.cuda.get_device_name(0) if hardware == "cuda" else "cpu"
     device_count = torch.cuda.device_count() if hardware == "cuda" else 1
-    return {
-        "series": {"hardware": hardware, "backend": backend},
-        "variant": {
-            "torch": torch.__version__,
-            "torch_git": torch.version.git_version,
-            "cuda": torch.version.cuda if cuda else None,
-            "nccl": nccl,
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "device": device,
-            "device_count": device_count,
-        },
-        "hypothesis": hypothesis or {},
-        "suite_version": conformance.__version__,
-        "suite_commit": suite_commit(),
-        "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    variant = {
         "torch": torch.__version__,
         "torch_git": torch.version.git_version,
         "cuda": torch.version.cuda if cuda else None,
         "nccl": nccl,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "backend": backend,
         "device": device,
         "device_count": device_count,
+    }
+    return {
+        "series": {"hardware": hardware, "backend": backend},
+        "variant": variant,
+        "hypothesis": hypothesis or {},
+        "suite_version": conformance.__version__,
+        "suite_commit": suite_commit(),
+        "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **variant,
+        "backend": backend,
         "world_sizes": sorted(world_sizes),
         "matrix": matrix,
         "pytest_args": args,

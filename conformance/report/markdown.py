@@ -35,22 +35,6 @@ LEGEND = (
 )
 
 
-def _row_key(axes: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(
-        str(axes[k])
-        for k in (
-            "wrapper",
-            "sharding",
-            "api",
-            "kind",
-            "storage",
-            "optimizer",
-            "model",
-            "precision",
-        )
-    )
-
-
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from conformance.training import has_idle_parameters
 from conformance.world import RankContext
 
 HYBRID = ("hybrid_shard", "hybrid_shard_zero2", "hsdp")
@@ -78,11 +79,6 @@ class PlainWrapper:
         return model.to(ctx.device)
 
 
-def _has_idle_parameters(model: nn.Module) -> bool:
-    """A model with parameters that get no gradient (training.FrozenAndIdle): DDP must be told."""
-    return any(getattr(m, "optimize_frozen", False) for m in model.modules())
-
-
 @dataclass(frozen=True)
 class DdpWrapper:
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
@@ -92,7 +88,7 @@ class DdpWrapper:
         return DDP(
             model,
             device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-            find_unused_parameters=_has_idle_parameters(model),
+            find_unused_parameters=has_idle_parameters(model),
         )
 
 
