@@ -242,6 +242,25 @@ def test_only_its_check_catches_it(
         assert needle in result.detail, f"{needle!r} not in:\n{result.detail}"
 
 
+DDP_PER_RANK = Case("ddp", "replicate", "sd_full", "torch_save_per_rank", "adamw", "mlp", 1)
+GROW = Transfer("reshard", DDP_PER_RANK, dataclasses.replace(DDP_PER_RANK, world_size=2))
+
+
+def test_a_refusal_passes_only_when_the_load_raises(pool: WorldPool) -> None:
+    """Per-rank files into a bigger world must refuse. A strategy that skips the missing file
+    leaves rank 1 with fresh weights; rank 0's canonical state alone would not show it."""
+    refused = run_case(pool, GROW, backend="gloo", timeout_s=60, strategy_factory=builtin_strategy)
+    assert refused.outcome is Outcome.PASS and refused.detail.startswith("refused, as it must"), (
+        refused.detail
+    )
+    assert "FileNotFoundError" in refused.detail
+    swallowed = run_case(
+        pool, GROW, backend="gloo", timeout_s=60, strategy_factory=broken.swallows_load_errors
+    )
+    assert swallowed.outcome is Outcome.FAIL, swallowed.detail
+    assert "after the load, sanity: rank 1's parameter #0 differs from replica rank 0's" in swallowed.detail
+
+
 def test_empty_model_checkpoint_fails_hygiene_loudly(pool: WorldPool) -> None:
     result = run_case(
         pool,

@@ -119,10 +119,10 @@ def execute(phases: Phases, case: Case, factory: StrategyFactory) -> tuple[Outco
         if exc.outcome is Outcome.ERROR:
             return Outcome.PASS, f"the load raised, as it must ({done}):\n{exc.detail}"
         return exc.outcome, f"{done}; the load did not raise but:\n{exc.detail}"
-    rank0 = loaded[0]
-    if rank0["failures"]:
+    differences = [p for value in loaded for p in value["problems"]] + loaded[0]["failures"]
+    if differences:
         return Outcome.FAIL, (
             f"loaded a damaged checkpoint without an error ({done}), with other values:\n"
-            + "\n".join(rank0["failures"])
+            + "\n".join(differences)
         )
     return Outcome.FAIL, f"loaded a damaged checkpoint without an error ({done}); the values compared equal"

@@ -94,12 +94,16 @@ def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
     if preload is not None:  # the model checked above is set aside for one loaded before wrapping
         fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, preload=preload)
     strategy.load(fresh, path, ctx)
+    # The canonical state is rank 0's view: replicas (DDP, NO_SHARD, HSDP groups) that did not
+    # all load the same values are caught by the sanity check, run again on the loaded model.
+    problems = [f"after the load, {p}" for p in sharding_problems(case, ctx, fresh.model)]
     after = _canonical(fresh, case, ctx)
     if after is None:
-        return {"failures": []}
+        return {"problems": problems, "failures": []}
     diffs = [str(d) for d in first_of_each_kind(compare_states(spec.expected, after))]
     tensors, elements = count_elements(spec.expected)
     return {
+        "problems": problems,
         "failures": limit_lines(diffs),
         "failure_count": len(diffs),
         "tensors": tensors,
@@ -126,6 +130,7 @@ def execute(phases: Phases, transfer: Transfer, refusal: str | None, factory: St
             return Outcome.PASS, f"refused, as it must ({refusal}):\n{exc.detail}"
         return exc.outcome, exc.detail
     rank0 = loaded[0]
+    problems += [p for value in loaded for p in value["problems"]]
     failures = problems + rank0["failures"]
     where = f"saved by {save.config} in {save.world_size} ranks, loaded by {load.config} in {load.world_size}"
     if failures:
