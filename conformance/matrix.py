@@ -172,7 +172,7 @@ PROFILES: dict[str, Profile] = {
                 (HSDP_WRAPPERS_AND_APIS, (4,)),
                 (OPTIMIZER_SLICE, (1, 2)),
                 (MODEL_SLICE, (2,)),
-                (MOE_SLICE, (2, 4)),
+                (MOE_SLICE, (4,)),  # the recipe is at 4 ranks; 2 ranks are in full
                 (PRECISION_SLICE, (2,)),
                 (RESUME_SLICE, (2,)),
                 (RESUME_IDLE_SLICE, (2,)),
