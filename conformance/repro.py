@@ -1,12 +1,16 @@
-"""Reproduce one round-trip cell outside pytest, under torchrun:
+"""Reproduce one cell of any check outside pytest, with torchrun as the launcher:
+
+    python -m conformance.repro resume-fsdp2-dsd_sharded-dcp-adamw+sched-mlp-w2
+
+runs the cell's check (the same code, seed and data as in the suite), each of its worlds a
+`torchrun --standalone --nproc-per-node N` (printed as it starts: a reshard cell is a save
+in N ranks, then a load in M). It prints the outcome and its detail; the exit status is 0
+when the cell passes (or refuses as it must), 1 otherwise. A round-trip cell also runs
+directly under torchrun, every rank in torchrun's own process group:
 
     torchrun --nproc-per-node 2 -m conformance.repro fsdp2-dsd_full-dcp-adamw-mlp-w2
 
-Every rank runs the cell's round trip (the same code, seed and data as in the suite) in the
-process group torchrun set up, and rank 0 prints what differs, or the exception. The exit
-status is 0 when the round trip holds, 1 when it does not. Short enough to paste into an
-upstream bug report together with the suite's version. Other checks than the round trip span
-several worlds; rerun those with the pytest command the report gives.
+Short enough to paste into an upstream bug report together with the suite's version.
 """
 
 from __future__ import annotations
@@ -17,29 +21,42 @@ import sys
 import tempfile
 from pathlib import Path
 
+from conformance.case import Case, Transfer
 
-def find_case(cell_id: str):  # type: ignore[no-untyped-def]
-    """The round-trip case with this id, from any profile."""
-    from conformance.matrix import PROFILES, cases
+
+def find_cell(cell_id: str) -> Case | Transfer:
+    """The cell with this id, from any profile and check."""
+    from conformance.matrix import CHECKS, PROFILES, cells
 
     for profile in PROFILES:
-        for case in cases(profile):
-            if case.id == cell_id:
-                return case
-    raise SystemExit(f"no round-trip cell {cell_id!r} in any profile (ids are in results.json)")
+        for check in CHECKS:
+            for cell in cells(profile, check):
+                if cell.id == cell_id:
+                    return cell
+    raise SystemExit(f"no cell {cell_id!r} in any profile (ids are in results.json and the reports)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="torchrun ... -m conformance.repro", description=__doc__)
-    parser.add_argument("cell_id")
-    parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
-    args = parser.parse_args(argv)
-    case = find_case(args.cell_id)
-    if "RANK" not in os.environ:
-        raise SystemExit(
-            f"run it under torchrun: torchrun --nproc-per-node {case.world_size} -m conformance.repro {case.id}"
-        )
+def repro_command(cell_id: str, check: str, world_size: int) -> str:
+    """The one command the reports give for a cell."""
+    if check == "roundtrip":
+        return f"torchrun --nproc-per-node {world_size} -m conformance.repro {cell_id}"
+    return f"python -m conformance.repro {cell_id}"
 
+
+def run_under_torchrun(cell: Case | Transfer, backend: str, timeout_s: float) -> int:
+    """Drive the cell's check, each world a torchrun of its own."""
+    from conformance.outcome import Outcome
+    from conformance.runner import resolve_backend, run_case
+    from conformance.world.torchrun import TorchrunPool
+
+    with TorchrunPool(echo=True) as pool:
+        result = run_case(pool, cell, backend=resolve_backend(backend), timeout_s=timeout_s)  # type: ignore[arg-type]
+    print(f"{cell.id}: {result.outcome.value}\n{result.detail}")
+    return 0 if result.outcome is Outcome.PASS else 1
+
+
+def run_in_this_world(case: Case, backend_choice: str) -> int:
+    """A round-trip cell, this process one of torchrun's ranks."""
     import torch
     import torch.distributed as dist
 
@@ -47,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     from conformance.runner import case_seed, resolve_backend
     from conformance.world import RankContext
 
-    backend = resolve_backend(args.backend)
+    backend = resolve_backend(backend_choice)
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if size != case.world_size:
         raise SystemExit(f"{case.id} needs {case.world_size} processes, torchrun started {size}")
@@ -74,6 +91,27 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{case.id}: bitwise equal after the round trip")
     dist.destroy_process_group()
     return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance.repro",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("cell_id")
+    parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds for each world (default 300)")
+    args = parser.parse_args(argv)
+    cell = find_cell(args.cell_id)
+    if "RANK" not in os.environ:
+        return run_under_torchrun(cell, args.backend, args.timeout)
+    if not isinstance(cell, Case) or cell.check != "roundtrip":
+        raise SystemExit(
+            f"{cell.id} spans several worlds: run `python -m conformance.repro {cell.id}` (not under "
+            "torchrun); it starts one torchrun per world"
+        )
+    return run_in_this_world(cell, args.backend)
 
 
 if __name__ == "__main__":

@@ -83,13 +83,12 @@ def word(cell: CellResult, known: Mapping[str, Any] | None = None) -> str:
     return cell.outcome.value
 
 
-def repro_command(cell: CellResult, matrix: str) -> str:
-    """The command that reruns this one cell: a round trip outside pytest under torchrun
-    (conformance.repro); a check of several worlds by its pytest node id."""
-    check = str(cell.axes.get("check", "roundtrip"))
-    if check == "roundtrip":
-        return f"torchrun --nproc-per-node {cell.axes['world_size']} -m conformance.repro {cell.id}"
-    return f'pytest "cases/test_{check}.py::test_{check}[{cell.id}]" --matrix {matrix}'
+def repro_command(cell: CellResult) -> str:
+    """The one command that reruns this cell outside pytest, torchrun the launcher
+    (conformance.repro)."""
+    from conformance.repro import repro_command as command
+
+    return command(cell.id, str(cell.axes.get("check", "roundtrip")), int(cell.axes["world_size"]))
 
 
 def render_html(
@@ -100,7 +99,6 @@ def render_html(
 
     known = known or {}
     esc = html.escape
-    matrix = str(environment.get("matrix") or "default")
     values = {axis: sorted({str(c.axes.get(axis, "")) for c in cells} - {""}) for axis in FILTER_AXES[2:]}
     values["check"] = sorted({str(c.axes.get("check", "roundtrip")) for c in cells})
     values["outcome"] = sorted({word(c, known) for c in cells})
@@ -126,7 +124,7 @@ def render_html(
                 note = f'<div class="why">known {esc(cell.outcome.value)}: {esc(entry.reason)}{link}</div>'
             note += (
                 f'<div class="err">{esc(first_line(cell.detail))}</div>'
-                f'<code class="repro">{esc(repro_command(cell, matrix))}</code>'
+                f'<code class="repro">{esc(repro_command(cell))}</code>'
             )
         elif cell.outcome in (Outcome.SKIP, Outcome.UNSUPPORTED):
             note = f'<div class="why">{esc(cell.detail[:300])}</div>'

@@ -46,7 +46,7 @@ class RankReply:
     finished_at: float  # time.monotonic(), system-wide on Linux: orders errors across ranks
 
 
-def _reset_globals(seed: int) -> None:
+def reset_globals(seed: int) -> None:
     import numpy as np
     import torch
 
@@ -164,7 +164,7 @@ def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg
         if msg.fresh_group:
             generation += 1
             _init_default_group(store, generation, rank, size, backend, pg_timeout_s)
-        _reset_globals(msg.seed)
+        reset_globals(msg.seed)
         ctx = RankContext(rank, size, backend, device, Path(msg.cell_dir), msg.seed)
         cwd = os.getcwd()
         print(f"--- cell in {msg.cell_dir}", flush=True)

@@ -1,0 +1,166 @@
+"""Worlds launched by torchrun: one torchrun per cell (or phase of a cell), no pool of our own.
+
+`TorchrunPool` has the `run` of `WorldPool`, so every check runs through it unchanged: this
+is how `python -m conformance.repro CELL_ID` reproduces any cell outside pytest, each phase a
+plain `torchrun --standalone --nproc-per-node N -m conformance.world.torchrun JOB` whose
+ranks set up their process group the way torchrun users do (`init_process_group(backend)`
+from its environment). Slower than the pool's warm worlds (a start per phase); the point is
+to be the standard launcher, with nothing of the suite's process management in the way.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conformance.world.rank import CellFn
+from conformance.world.world import CellRun
+
+
+@dataclass(frozen=True)
+class Job:
+    fn: CellFn
+    arg: Any
+    backend: str
+    seed: int
+    cell_dir: str
+
+
+def torchrun_command(size: int, job: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(size),
+        "-m",
+        "conformance.world.torchrun",
+        str(job),
+    ]
+
+
+class TorchrunPool:
+    """Runs each cell in a fresh torchrun world. `echo` prints each torchrun command."""
+
+    def __init__(self, root: Path | None = None, *, echo: bool = False) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="conformance-torchrun-", dir=root))
+        self.echo = echo
+        self._jobs = 0
+        self.started = 0
+
+    def run(
+        self,
+        backend: str,
+        size: int,
+        fn: CellFn,
+        arg: Any,
+        *,
+        timeout_s: float,
+        seed: int = 0,
+        slot: str = "",
+    ) -> CellRun:
+        self._jobs += 1
+        job_dir = self.root / f"job{self._jobs}"
+        (job_dir / "cell").mkdir(parents=True)
+        job = job_dir / "job.pkl"
+        job.write_bytes(pickle.dumps(Job(fn, arg, backend, seed, str(job_dir / "cell"))))
+        command = torchrun_command(size, job)
+        if self.echo:
+            print("$ " + " ".join(command[2:]).replace("torch.distributed.run", "torchrun", 1), flush=True)
+        start = time.monotonic()
+        self.started += 1
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        try:
+            output, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            return CellRun("hang", detail=f"torchrun ran over {timeout_s:.0f} s:\n{_tail(output)}")
+        finally:
+            duration = time.monotonic() - start
+        return _collect(job_dir, size, proc.returncode, output, duration)
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> TorchrunPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _tail(text: str, lines: int = 40) -> str:
+    """The end of torchrun's output, after the faulthandler's stack of a rank that died."""
+    all_lines = text.rstrip().splitlines()
+    fatal = next((i for i, line in enumerate(all_lines) if line.startswith("Fatal Python error")), None)
+    head = [*all_lines[fatal : fatal + 25], "..."] if fatal is not None else []
+    return "\n".join(head + all_lines[-lines:])
+
+
+def _collect(job_dir: Path, size: int, returncode: int, output: str, duration: float) -> CellRun:
+    replies = {}
+    for rank in range(size):
+        path = job_dir / f"rank{rank}.pkl"
+        if path.exists():
+            replies[rank] = pickle.loads(path.read_bytes())
+    errors = [f"rank {r}: {text}" for r, (ok, text) in sorted(replies.items()) if not ok]
+    if len(replies) < size:  # a rank died: that is the cause, the others' errors follow from it
+        missing = sorted(set(range(size)) - set(replies))
+        detail = f"rank(s) {missing} died (torchrun exit {returncode}):\n{_tail(output)}"
+        if errors:
+            detail += "\n\nsecondary errors of the other ranks:\n" + "\n".join(errors)
+        return CellRun("crash", detail=detail, duration_s=duration)
+    if errors:
+        return CellRun("error", detail="\n".join(errors), duration_s=duration)
+    return CellRun("ok", values=[replies[r][1] for r in range(size)], duration_s=duration)
+
+
+def rank_main(job_path: Path) -> int:
+    """A rank started by torchrun: run the job's function, write (ok, value or traceback)."""
+    import faulthandler
+
+    import torch
+    import torch.distributed as dist
+
+    from conformance.world.context import RankContext
+    from conformance.world.rank import reset_globals
+
+    faulthandler.enable(all_threads=True)
+    job: Job = pickle.loads(job_path.read_bytes())
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if job.backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    torch.set_num_threads(1)
+    dist.init_process_group(job.backend)
+    reset_globals(job.seed)
+    ctx = RankContext(rank, size, job.backend, device, Path(job.cell_dir), job.seed)
+    try:
+        reply: tuple[bool, Any] = (True, job.fn(ctx, job.arg))
+        code = 0
+    except BaseException:
+        reply, code = (False, traceback.format_exc()), 1
+    (job_path.parent / f"rank{rank}.pkl").write_bytes(pickle.dumps(reply))
+    if code == 0 and dist.is_initialized():
+        dist.destroy_process_group()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(rank_main(Path(sys.argv[1])))
