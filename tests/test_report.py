@@ -185,3 +185,53 @@ def test_known_failures_show_as_known_with_reason_and_link() -> None:
     assert "known error" in text and f"known error (offload on CPU, {link})" in text
     page = render_html(ENV, cells, known)
     assert 'data-outcome="known"' in page and f'<a href="{link}">' in page
+
+
+def _cell(outcome: Outcome, **axes: object) -> CellResult:
+    merged = {**AXES, "world_size": 2, "check": "roundtrip", **axes}
+    return CellResult(f"c-{sorted(merged.items())}", merged, outcome, "detail", 0.1)
+
+
+def test_feature_table_says_yes_partial_no_unsupported_and_unknown() -> None:
+    from conformance.baseline import Expectation
+    from conformance.report.tables import FEATURES, feature_table
+
+    cells = [
+        _cell(Outcome.PASS),  # round trip: yes
+        _cell(Outcome.PASS, optimizer="sgd"),  # optimizers: partial 1/2
+        _cell(Outcome.FAIL, optimizer="adam"),
+        _cell(Outcome.ERROR, model="tied_transformer"),  # tied weights: no
+        _cell(Outcome.CRASH, model="bn_frozen"),  # buffers: known no
+        _cell(Outcome.UNSUPPORTED, precision="bf16"),  # bf16: unsupported
+        _cell(Outcome.SKIP, model="moe"),  # experts: skip
+    ]
+    known = {cells[4].id: Expectation(Outcome.CRASH)}
+    headers, rows = feature_table(cells, known)
+    assert headers == ["strategy", *(f.name for f in FEATURES)]
+    assert len(rows) == 1 and rows[0][0] == "fsdp2-dsd_full-dcp"
+    got = dict(zip(headers, rows[0]))
+    assert got["round trip"] == "yes"
+    assert got["optimizers"] == "partial 1/2"
+    assert got["tied weights"] == "no"
+    assert got["buffers"] == "known no"
+    assert got["bf16"] == "unsupported"
+    assert got["experts"] == "skip"
+    # nothing of the run tests these: unknown, never "no"
+    assert got["resume"] == got["hygiene"] == got["4 ranks"] == "unknown"
+
+
+def test_interop_columns_name_the_loading_side_and_rows_the_saving_side() -> None:
+    from conformance.report.html import render_html
+    from conformance.report.tables import feature_table
+
+    cell_ = _cell(Outcome.FAIL, check="interop", load_config="ddp-sd_full-torch_save")
+    headers, rows = feature_table([cell_], {})
+    by_strategy = {row[0]: dict(zip(headers, row)) for row in rows}
+    assert by_strategy["fsdp2-dsd_full-dcp"]["interop out"] == "no"
+    assert by_strategy["fsdp2-dsd_full-dcp"]["interop in"] == "unknown"
+    assert by_strategy["ddp-sd_full-torch_save"]["interop in"] == "no"
+    page = render_html(ENV, [cell_, _cell(Outcome.PASS)])
+    assert 'id="features"' in page and 'id="interop"' in page
+    assert "<th>ddp-sd_full-torch_save</th>" in page  # the grid's column: the loading config
+    text = render_markdown(ENV, [cell_])
+    assert "## Features by strategy" in text and "| saved by \\ loaded by" in text

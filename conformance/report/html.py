@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from conformance.outcome import FAILING, CellResult, Outcome
+from conformance.report import tables
 
 FILTER_AXES = (
     "check",
@@ -38,6 +39,12 @@ COLOURS = {
     "skip": "#e6e6e6",
     "unsupported": "#d9d9f3",
 }
+SUPPORT_COLOURS = {
+    "yes": COLOURS["pass"],
+    "partial": "#f6f0b0",
+    "no": COLOURS["fail"],
+    "unknown": "#ffffff",
+}
 LEGEND = {
     "pass": "every compared value bitwise equal (or, for corrupt, the damaged load raised)",
     "refused": "reshard / interop: cannot load by design, and the load raised, as it must",
@@ -48,11 +55,12 @@ LEGEND = {
     "hang": "over the cell timeout; every rank's stack is in the detail",
     "skip": "cannot run in this environment, with the reason",
     "unsupported": "not supported by design, with the reason; never counted as a pass",
+    "unknown": "(feature table) nothing of this run tests it: not tested, which is never a no",
 }
 
 SCRIPT = """
 const axes = JSON.parse(document.getElementById('axes').textContent);
-const rows = Array.from(document.querySelectorAll('tbody tr'));
+const rows = Array.from(document.querySelectorAll('#cells tbody tr'));
 const selects = {};
 for (const axis of axes) selects[axis] = document.getElementById('f-' + axis);
 const params = new URLSearchParams(window.location.search);
@@ -72,15 +80,23 @@ apply();
 
 
 def word(cell: CellResult, known: Mapping[str, Any] | None = None) -> str:
-    """The outcome as the page shows it: refusals of reshard / interop and failures a baseline
-    expects are words of their own."""
-    from conformance.report.markdown import REFUSED
+    """The outcome as the page's filter and colours know it ("known" for any expected failure)."""
+    return tables.word(cell, known).split()[0]
 
-    if known and cell.id in known:
-        return "known"
-    if cell.outcome is Outcome.PASS and cell.detail.startswith(REFUSED):
-        return "refused"
-    return cell.outcome.value
+
+def _table(table: tables.Table, caption: str) -> str:
+    """A table of words, each cell coloured by its first word (yes, partial, no, ...)."""
+    headers, rows = table
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="w-{html.escape(v.split()[0]) if v else "none"}">{html.escape(v)}</td>' for v in row
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return f'<table class="grid"><caption>{html.escape(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def repro_command(cell: CellResult) -> str:
@@ -89,6 +105,27 @@ def repro_command(cell: CellResult) -> str:
     from conformance.repro import repro_command as command
 
     return command(cell.id, str(cell.axes.get("check", "roundtrip")), int(cell.axes["world_size"]))
+
+
+def _grids(cells: list[CellResult], known: Mapping[str, Any]) -> str:
+    """The feature x strategy table and the square save x load grid (interop), when the run
+    has those cells."""
+    words = "; ".join(f"{w}: {m}" for w, m in tables.SUPPORT_WORDS.items())
+    meaning = "; ".join(f"{f.name}: {f.meaning}" for f in tables.FEATURES)
+    out = [
+        '<details open id="features"><summary><h2>Features by strategy</h2></summary>',
+        f'<p class="why">{html.escape(words)}.<br>{html.escape(meaning)}.</p>',
+        _table(tables.feature_table(cells, known), "strategy (wrapper, state-dict API, storage) x feature"),
+        "</details>",
+    ]
+    interop = [c for c in cells if c.axes.get("check") == "interop"]
+    if interop:
+        out += [
+            '<details open id="interop"><summary><h2>Save x load grid (interop)</h2></summary>',
+            _table(tables.check_table("interop", interop, known), "rows: saved by; columns: loaded by"),
+            "</details>",
+        ]
+    return "\n".join(out)
 
 
 def render_html(
@@ -141,8 +178,12 @@ def render_html(
         passed = counts["pass"] + counts["refused"]
         detail = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         summary.append(f"<li>{esc(check)}: [{passed}/{ran}] passed of those run ({esc(detail)})</li>")
-    css = "".join(f".o-{k} td:last-child, .legend .o-{k} {{ background: {v}; }}" for k, v in COLOURS.items())
+    css = "".join(
+        f".o-{k} td:last-child, .legend .o-{k}, .w-{k} {{ background: {v}; }}" for k, v in COLOURS.items()
+    )
+    css += "".join(f".w-{k} {{ background: {v}; }}" for k, v in SUPPORT_COLOURS.items())
     legend = "".join(f'<li><span class="o-{k}">{k}</span>: {esc(v)}</li>' for k, v in LEGEND.items())
+    extra = _grids(cells, known)
     env = environment
     title = f"Checkpoint conformance: torch {env.get('torch')} on {env.get('backend')} ({env.get('device')})"
     meta = ", ".join(
@@ -153,17 +194,20 @@ def render_html(
 <html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>
 body {{ font-family: sans-serif; margin: 1em; }} table {{ border-collapse: collapse; width: 100%; }}
-td {{ border: 1px solid #ccc; padding: 2px 6px; vertical-align: top; font-size: 13px; }}
+td, th {{ border: 1px solid #ccc; padding: 2px 6px; vertical-align: top; font-size: 13px; }}
 .err {{ color: #800; }} .why {{ color: #555; }} .repro {{ color: #333; font-size: 12px; }}
-.legend span {{ padding: 0 4px; }} label {{ margin-right: 8px; }} {css}
+.legend span {{ padding: 0 4px; }} .grid {{ width: auto; margin-bottom: 1em; }}
+.grid td, .grid th {{ font-size: 12px; white-space: nowrap; }} summary h2 {{ display: inline; }} label {{ margin-right: 8px; }} {css}
 </style></head><body>
 <h1>{esc(title)}</h1>
 <p>{esc(meta)}</p>
 <ul class="legend">{legend}</ul>
 <ul>{"".join(summary)}</ul>
+{extra}
+<h2>Cells</h2>
 <div>{"".join(filters)}</div>
 <p id="shown"></p>
-<table><thead><tr><td>cell</td><td>outcome</td></tr></thead>
+<table id="cells"><thead><tr><td>cell</td><td>outcome</td></tr></thead>
 <tbody>
 {chr(10).join(body)}
 </tbody></table>

@@ -1,4 +1,5 @@
-"""The Markdown matrix: one row per strategy, one column per world size, then every non-pass."""
+"""The Markdown matrix: the feature x strategy table, a grid per check (one row per strategy, one
+column per world size; interop the square save x load grid), then every non-pass."""
 
 from __future__ import annotations
 
@@ -10,16 +11,13 @@ from typing import Any
 from tabulate import tabulate
 
 from conformance.outcome import FAILING, CellResult, Outcome
-
-SYMBOLS: dict[Outcome, str] = {
-    Outcome.PASS: "pass",
-    Outcome.FAIL: "**FAIL**",
-    Outcome.ERROR: "**ERROR**",
-    Outcome.CRASH: "**CRASH**",
-    Outcome.HANG: "**HANG**",
-    Outcome.SKIP: "skip",
-    Outcome.UNSUPPORTED: "unsupported",
-}
+from conformance.report.tables import (
+    FEATURES,
+    SUPPORT_WORDS,
+    Table,
+    check_table,
+    feature_table,
+)
 
 LEGEND = (
     "pass: every compared value bitwise equal after the round trip. "
@@ -28,6 +26,7 @@ LEGEND = (
     "skip: cannot run in this environment. unsupported: not supported by design, never a pass. "
     "refused (reshard, interop): cannot load by design, and the load raised, as it must (counted as passed). "
     "known <outcome>: a failure the baseline expects (its reason and link are in the list below). "
+    "unknown (feature table): nothing of this run tests it, never a no. "
     "An empty cell: that column is not in this profile for the row. [passed/run]: passes of the cells "
     "that ran (unsupported and skipped cells are not counted either way). "
     "Buffers (per rank under FSDP): after a load from one rank-0 file every rank must hold rank 0's copy; "
@@ -64,8 +63,6 @@ def first_line(detail: str) -> str:
     return f"{phase}{head}"[:240]
 
 
-REFUSED = "refused, as it must"  # how a transfer that cannot load by design and raised begins
-
 CHECK_TITLES = {
     "roundtrip": "Round trip: save, load into a fresh model, compare",
     "resume": "Resume: the resumed run continues bitwise as the run it was saved from",
@@ -74,71 +71,30 @@ CHECK_TITLES = {
     "hygiene": "Key hygiene: the full checkpoint loads strict=True into the plain model",
     "corrupt": "Bad checkpoints: the load must raise",
 }
-HEADERS = ["wrapper", "sharding", "api", "kind", "storage", "optimizer", "model", "precision"]
 
 
-def _symbol(cell: CellResult | None, known: Mapping[str, Any]) -> str:
-    if cell is None:
-        return ""
-    if cell.id in known:
-        return f"known {cell.outcome.value}"
-    if cell.outcome is Outcome.PASS and cell.detail.startswith(REFUSED):
-        return "refused"
-    return SYMBOLS[cell.outcome]
+def _markdown(table: Table) -> str:
+    """A table of words, the failing ones in bold."""
+    headers, rows = table
+    bold = {o.value for o in FAILING} | {"no"}
+    shown = [[f"**{v.upper()}**" if v in bold else v for v in row] for row in rows]
+    return tabulate(shown, headers=headers, tablefmt="github")
 
 
-def _grid(
-    cells: list[CellResult], row: Any, column: Any, row_headers: list[str], known: Mapping[str, Any]
-) -> str:
-    """A table of cells by (row key, column key), with [passed/total] per row and column."""
-    rows: dict[tuple[str, ...], dict[str, CellResult]] = defaultdict(dict)
-    for cell in cells:
-        rows[row(cell)][column(cell)] = cell
-    columns = sorted({column(c) for c in cells})
-    table = []
-    for key in sorted(rows):
-        by_col = rows[key]
-        ran = [c for c in by_col.values() if c.outcome not in (Outcome.SKIP, Outcome.UNSUPPORTED)]
-        passed = sum(c.outcome is Outcome.PASS for c in ran)
-        table.append([*key, *(_symbol(by_col.get(col), known) for col in columns), f"[{passed}/{len(ran)}]"])
-    totals = []
-    for col in columns:
-        ran = [
-            r[col]
-            for r in rows.values()
-            if col in r and r[col].outcome not in (Outcome.SKIP, Outcome.UNSUPPORTED)
-        ]
-        totals.append(f"[{sum(c.outcome is Outcome.PASS for c in ran)}/{len(ran)}]")
-    table.append(["" for _ in row_headers[:-1]] + ["passed/run", *totals, ""])
-    return tabulate(table, headers=[*row_headers, *columns, "passed/run"], tablefmt="github")
-
-
-def _section(check: str, cells: list[CellResult], known: Mapping[str, Any]) -> str:
-    if check == "reshard":
-        return _grid(
-            cells,
-            lambda c: tuple(str(c.axes[k]) for k in ("wrapper", "sharding", "api", "storage")),
-            lambda c: f"w{c.axes['save_world_size']} to w{c.axes['load_world_size']}",
-            ["wrapper", "sharding", "api", "storage"],
-            known,
-        )
-    if check == "interop":
-        return _grid(
-            cells,
-            lambda c: (f"{c.axes['wrapper']} {c.axes['api']} {c.axes['storage']} w{c.axes['world_size']}",),
-            lambda c: str(c.axes["load_config"]),
-            ["saved by \\ loaded by"],
-            known,
-        )
-    extra = ["variant"] if any(c.axes.get("variant") for c in cells) else []
-    keys = HEADERS + extra
-    return _grid(
-        cells,
-        lambda c: tuple(str(c.axes.get(k, "")) for k in keys),
-        lambda c: f"w{c.axes['world_size']}",
-        keys,
-        known,
-    )
+def _features(cells: list[CellResult], known: Mapping[str, Any]) -> list[str]:
+    return [
+        "## Features by strategy",
+        "",
+        "One row per strategy (wrapper, state-dict API, storage), one column per feature, over the "
+        "cells of this run that test it: "
+        + "; ".join(f"{w}: {m}" for w, m in SUPPORT_WORDS.items())
+        + ". The features: "
+        + "; ".join(f"{f.name}: {f.meaning}" for f in FEATURES)
+        + ".",
+        "",
+        _markdown(feature_table(cells, known)),
+        "",
+    ]
 
 
 def render_markdown(
@@ -165,8 +121,10 @@ def render_markdown(
         LEGEND,
         "",
     ]
+    lines += _features(cells, known)
     for check in [c for c in CHECK_TITLES if c in by_check] + sorted(set(by_check) - set(CHECK_TITLES)):
-        lines += [f"## {CHECK_TITLES.get(check, check)}", "", _section(check, by_check[check], known), ""]
+        table = _markdown(check_table(check, by_check[check], known))
+        lines += [f"## {CHECK_TITLES.get(check, check)}", "", table, ""]
     ordered = sorted(cells, key=lambda c: c.id)
     problems = [c for c in ordered if c.outcome in FAILING]
     if problems:

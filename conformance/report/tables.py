@@ -1,0 +1,191 @@
+"""The tables both renderers show, as plain data (headers, rows of words): the per-check grids
+(the square save x load grid among them) and the feature x strategy table in the style of
+MDN's browser-compat tables. Markdown and HTML only decide how a word looks."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from conformance.case import Case
+from conformance.outcome import FAILING, CellResult, Outcome
+
+Table = tuple[list[str], list[list[str]]]
+
+REFUSED = "refused, as it must"  # how a transfer that cannot load by design and raised begins
+NOT_RUN = (Outcome.SKIP, Outcome.UNSUPPORTED)
+
+
+def word(cell: CellResult, known: Mapping[str, Any] | None = None) -> str:
+    """The outcome as the tables show it: refusals of reshard / interop and failures a
+    baseline expects are words of their own."""
+    if known and cell.id in known:
+        return f"known {cell.outcome.value}"
+    if cell.outcome is Outcome.PASS and cell.detail.startswith(REFUSED):
+        return "refused"
+    return cell.outcome.value
+
+
+def passed(cell: CellResult) -> bool:
+    return cell.outcome is Outcome.PASS  # a refusal that raised as it must is a pass
+
+
+def grid(
+    cells: list[CellResult],
+    row: Callable[[CellResult], tuple[str, ...]],
+    column: Callable[[CellResult], str],
+    row_headers: list[str],
+    known: Mapping[str, Any],
+) -> Table:
+    """Cells by (row key, column key), with [passed/run] per row and column. An empty entry:
+    the profile has no such cell."""
+    rows: dict[tuple[str, ...], dict[str, CellResult]] = defaultdict(dict)
+    for cell in cells:
+        rows[row(cell)][column(cell)] = cell
+    columns = sorted({column(c) for c in cells})
+    body = []
+    for key in sorted(rows):
+        by_col = rows[key]
+        ran = [c for c in by_col.values() if c.outcome not in NOT_RUN]
+        entries = [word(by_col[col], known) if col in by_col else "" for col in columns]
+        body.append([*key, *entries, f"[{sum(map(passed, ran))}/{len(ran)}]"])
+    totals = []
+    for col in columns:
+        ran = [r[col] for r in rows.values() if col in r and r[col].outcome not in NOT_RUN]
+        totals.append(f"[{sum(map(passed, ran))}/{len(ran)}]")
+    body.append([*("" for _ in row_headers[:-1]), "passed/run", *totals, ""])
+    return [*row_headers, *columns, "passed/run"], body
+
+
+HEADERS = ["wrapper", "sharding", "api", "kind", "storage", "optimizer", "model", "precision"]
+
+
+def check_table(check: str, cells: list[CellResult], known: Mapping[str, Any]) -> Table:
+    """One check's grid: strategies by world size; resharding by N-to-M pair; interop as the
+    square grid, rows the saving configuration and columns the loading one."""
+    if check == "reshard":
+        return grid(
+            cells,
+            lambda c: tuple(str(c.axes[k]) for k in ("wrapper", "sharding", "api", "storage")),
+            lambda c: f"w{c.axes['save_world_size']} to w{c.axes['load_world_size']}",
+            ["wrapper", "sharding", "api", "storage"],
+            known,
+        )
+    if check == "interop":
+        return grid(
+            cells,
+            lambda c: (f"{config(c)} w{c.axes['world_size']}",),
+            lambda c: str(c.axes["load_config"]),
+            ["saved by \\ loaded by"],
+            known,
+        )
+    extra = ["variant"] if any(c.axes.get("variant") for c in cells) else []
+    keys = HEADERS + extra
+    return grid(
+        cells,
+        lambda c: tuple(str(c.axes.get(k, "")) for k in keys),
+        lambda c: f"w{c.axes['world_size']}",
+        keys,
+        known,
+    )
+
+
+_CASE_FIELDS = [f.name for f in fields(Case) if f.name not in ("check", "variant")]
+
+
+def config(cell: CellResult) -> str:
+    """The strategy of a cell (its saving side for reshard / interop): wrapper token, API and
+    storage, as in the cell id."""
+    return Case(**{name: cell.axes[name] for name in _CASE_FIELDS}).config
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A column of the feature table: which cells say whether a strategy has the feature."""
+
+    name: str
+    meaning: str
+    selects: Callable[[dict[str, Any]], bool]
+    strategy: Callable[[CellResult], str] = config  # the row a cell counts for
+
+
+def _roundtrip(axes: dict[str, Any]) -> bool:
+    return axes.get("check", "roundtrip") == "roundtrip"
+
+
+def _basic(axes: dict[str, Any]) -> bool:
+    return axes.get("model") == "mlp" and axes.get("precision") == "fp32" and axes.get("world_size") != 4
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature(
+        "round trip",
+        "the mlp with AdamW at 1-2 ranks",
+        lambda a: _roundtrip(a) and _basic(a) and a["optimizer"] == "adamw",
+    ),
+    Feature(
+        "optimizers",
+        "SGD, Adam, two param groups, an LR scheduler",
+        lambda a: _roundtrip(a) and _basic(a) and a["optimizer"] != "adamw",
+    ),
+    Feature("4 ranks", "the round trip at 4 ranks", lambda a: _roundtrip(a) and a["world_size"] == 4),
+    Feature("tied weights", "tied input and output embeddings", lambda a: a["model"] == "tied_transformer"),
+    Feature("buffers", "BatchNorm running stats and a frozen layer", lambda a: a["model"] == "bn_frozen"),
+    Feature("idle params", "a parameter that never got a gradient", lambda a: a["model"] == "frozen_idle"),
+    Feature("experts", "MoE experts on sub-groups", lambda a: a["model"] == "moe"),
+    Feature("bf16", "mixed precision keeps fp32 in the checkpoint", lambda a: a["precision"] == "bf16"),
+    Feature("resume", "the resumed run continues bitwise", lambda a: a.get("check") == "resume"),
+    Feature("reshard", "loads in another world size (or refuses)", lambda a: a.get("check") == "reshard"),
+    Feature("interop out", "others load what it saved", lambda a: a.get("check") == "interop"),
+    Feature(
+        "interop in",
+        "it loads what others saved",
+        lambda a: a.get("check") == "interop",
+        strategy=lambda c: str(c.axes["load_config"]),
+    ),
+    Feature(
+        "hygiene",
+        "a full checkpoint loads strict into the plain model",
+        lambda a: a.get("check") == "hygiene",
+    ),
+    Feature("rejects bad", "a damaged checkpoint fails to load", lambda a: a.get("check") == "corrupt"),
+)
+
+SUPPORT_WORDS = {
+    "yes": "every cell of the feature that ran passed",
+    "partial p/n": "p of the n cells that ran passed",
+    "no": "no cell that ran passed (known no: every failure is one the baseline expects)",
+    "unsupported": "the feature is not supported by design for this strategy",
+    "skip": "its cells cannot run in this environment (see the reasons)",
+    "unknown": "the run has no cell for it: not tested, which is not a no",
+}
+
+
+def support(cells: list[CellResult], known: Mapping[str, Any]) -> str:
+    """One word for how a strategy does on one feature, over the cells that test it."""
+    if not cells:
+        return "unknown"
+    ran = [c for c in cells if c.outcome not in NOT_RUN]
+    if not ran:
+        return "skip" if any(c.outcome is Outcome.SKIP for c in cells) else "unsupported"
+    good = sum(map(passed, ran))
+    if good == len(ran):
+        return "yes"
+    if good:
+        return f"partial {good}/{len(ran)}"
+    failing = [c for c in ran if c.outcome in FAILING]
+    return "known no" if failing and all(c.id in known for c in failing) else "no"
+
+
+def feature_table(cells: list[CellResult], known: Mapping[str, Any]) -> Table:
+    """Strategies (rows) by features (columns); see FEATURES and SUPPORT_WORDS."""
+    tested: dict[tuple[str, str], list[CellResult]] = defaultdict(list)
+    for cell in cells:
+        for feature in FEATURES:
+            if feature.selects(cell.axes):
+                tested[(feature.strategy(cell), feature.name)].append(cell)
+    strategies = sorted({strategy for strategy, _ in tested})
+    body = [[s, *(support(tested.get((s, f.name), []), known) for f in FEATURES)] for s in strategies]
+    return ["strategy", *(f.name for f in FEATURES)], body
