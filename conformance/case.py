@@ -33,6 +33,7 @@ API_KINDS: dict[str, str] = {
 # short; they are still in `axes()` and in results.json.
 DEFAULT_SHARDING: dict[str, str] = {"ddp": "replicate", "fsdp2": "shard", "plain": "none"}
 DEFAULT_PRECISION = "fp32"
+KINDS = ("full", "local", "sharded")
 
 
 @dataclass(frozen=True, order=True)
@@ -49,9 +50,17 @@ class Case:
     precision: str = DEFAULT_PRECISION
     check: str = field(default="roundtrip")  # roundtrip | resume | hygiene | corrupt
     variant: str = ""  # what the check varies, e.g. the corruption of a corrupt cell
+    # A registered strategy (conformance.strategy.registry) instead of the built-in ones: its
+    # api is the state-dict kind it is asked for (full, sharded, local), its storage its own.
+    strategy: str = ""
 
     def __post_init__(self) -> None:
-        if self.api not in API_KINDS:
+        if self.strategy:
+            if self.api not in KINDS:
+                raise ValueError(
+                    f"a registered strategy's api is a state-dict kind {KINDS}, got {self.api!r}"
+                )
+        elif self.api not in API_KINDS:
             raise ValueError(f"unknown state-dict API {self.api!r}; known: {sorted(API_KINDS)}")
         if self.world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {self.world_size}")
@@ -59,7 +68,7 @@ class Case:
     @property
     def kind(self) -> str:
         """full, sharded or local: what the checkpoint holds on each rank."""
-        return API_KINDS[self.api]
+        return API_KINDS.get(self.api, self.api)
 
     @property
     def family(self) -> str:
@@ -75,8 +84,10 @@ class Case:
 
     @property
     def config(self) -> str:
-        """The strategy without the rest: wrapper token, API and storage."""
-        return f"{self.wrapper_token}-{self.api}-{self.storage}"
+        """The strategy without the rest: wrapper token, API and storage; a registered strategy's
+        name leads (lightning_fabric-fsdp1_full_shard-full-native)."""
+        config = f"{self.wrapper_token}-{self.api}-{self.storage}"
+        return f"{self.strategy}-{config}" if self.strategy else config
 
     @property
     def id(self) -> str:
@@ -121,6 +132,10 @@ class Transfer:
     @property
     def kind(self) -> str:
         return self.save.kind
+
+    @property
+    def strategy(self) -> str:
+        return self.save.strategy
 
     @property
     def family(self) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from conformance.case import Case, Transfer
 from conformance.strategy.builtin import STATE_APIS
+from conformance.strategy.registry import STRATEGY_CHECKS, STRATEGY_KINDS, RegisteredStrategy
 
 FSDP1_SHARDINGS = ("full_shard", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "shard_grad_op")
 FSDP2_SHARDINGS = ("hsdp", "shard")
@@ -371,3 +372,27 @@ def transfer_unsupported_reason(transfer: Transfer) -> str | None:
         if reason:
             return f"{side} side ({case.config}): {reason}"
     return None
+
+
+def strategy_cells(strategy: RegisteredStrategy, profile: str, check: str) -> list[Case] | list[Transfer]:
+    """A registered strategy's cells: the profile's wrappers, optimizers, models, precisions and
+    world sizes of the check (its reshard pairs for reshard), for each of STRATEGY_KINDS, in
+    the strategy's name and storage. Whether it takes each is its own declaration."""
+    if check not in STRATEGY_CHECKS:
+        return []
+
+    def mine(case: Case, kind: str) -> Case:
+        return dataclasses.replace(
+            case, api=kind, storage=strategy.storage, strategy=strategy.name, variant=""
+        )
+
+    kinds = STRATEGY_KINDS
+    if check == "reshard":
+        pairs = {(t.save, t.load.world_size) for t in transfers(profile, check)}
+        out = {
+            Transfer("reshard", mine(save, k), dataclasses.replace(mine(save, k), world_size=m))
+            for save, m in pairs
+            for k in kinds
+        }
+        return sorted(out, key=lambda t: t.id)
+    return sorted({mine(case, k) for case in cases(profile, check) for k in kinds}, key=lambda c: c.id)

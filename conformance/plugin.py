@@ -19,7 +19,7 @@ import torch
 from conformance.baseline import Baseline, judge, known_failures, load_baseline, render_baseline
 from conformance.case import API_KINDS, Case, Transfer
 from conformance.check.roundtrip import StrategyFactory
-from conformance.matrix import CHECKS, PROFILES, cells
+from conformance.matrix import CHECKS, PROFILES, cells, strategy_cells
 from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.report.environment import environment
 from conformance.report.html import render_html
@@ -27,10 +27,12 @@ from conformance.report.markdown import render_markdown
 from conformance.report.results import results_document, write_results
 from conformance.runner import resolve_backend, run_case
 from conformance.strategy.builtin import STATE_APIS, builtin_strategy
+from conformance.strategy.registry import Registry, build_registry
 from conformance.world import WorldPool
 
 PROPERTY = "conformance_cell"
 BASELINE_KEY = pytest.StashKey[Baseline | None]()
+REGISTRY_KEY = pytest.StashKey[Registry]()
 KIND_MARKERS = sorted(set(API_KINDS.values()))
 WRAPPER_MARKERS = sorted(STATE_APIS)  # the wrapper families
 
@@ -67,6 +69,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write the --baseline file from this run (every cell that did not pass) instead of gating on it",
     )
     group.addoption("--world-start-timeout", type=float, default=120.0, help="seconds for a world to start")
+    group.addoption(
+        "--strategy",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="run this registered strategy's cells (a RegisteredStrategy: package.module:ATTR, or the "
+        "name of a 'conformance.strategies' entry point); repeatable; then only the strategies named "
+        "run ('builtin': the built-in matrix). Default: the built-in matrix and every entry point",
+    )
 
 
 HYPOTHESIS_PROFILES = {
@@ -92,6 +103,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{check}: cells of the {check} check")
     if config.getoption("case_timeout") <= 0:
         raise pytest.UsageError("--case-timeout must be a positive number of seconds")
+    try:
+        config.stash[REGISTRY_KEY] = build_registry(config.getoption("strategy"))
+    except (ValueError, TypeError) as exc:
+        raise pytest.UsageError(str(exc)) from None
     config.pluginmanager.register(ResultCollector(config), "conformance-results")
     baseline = config.getoption("baseline")
     if config.getoption("update_baseline") and not baseline:
@@ -117,7 +132,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 id=cell.id,
                 marks=[getattr(pytest.mark, m) for m in (cell.kind, cell.family, check)],
             )
-            for cell in cells(metafunc.config.getoption("matrix"), check)
+            for cell in run_cells(
+                metafunc.config.stash[REGISTRY_KEY], metafunc.config.getoption("matrix"), check
+            )
         ]
         metafunc.parametrize(fixture, params)
 
@@ -140,12 +157,14 @@ def conformance_cell(
     """Run a case, record its result for the reports, and turn its outcome into pytest's."""
 
     def run(case: Case | Transfer, strategy_factory: StrategyFactory = builtin_strategy) -> CellResult:
+        registry = request.config.stash[REGISTRY_KEY]
         result = run_case(
             world_pool,
             case,
             backend=conformance_backend,
             timeout_s=request.config.getoption("case_timeout"),
             strategy_factory=strategy_factory,
+            registered=registry.get(case.strategy) if case.strategy else None,
         )
         request.node.user_properties.append((PROPERTY, result.to_json()))
         _to_pytest(result, request.config.stash[BASELINE_KEY], conformance_backend)
@@ -183,9 +202,19 @@ def _hypothesis_settings(config: pytest.Config) -> dict[str, Any]:
     }
 
 
-def profile_cell_ids(profile: str) -> set[str]:
-    """Every cell id the profile has, over every check (what a baseline of it should cover)."""
-    return {cell.id for check in CHECKS for cell in cells(profile, check)}
+def run_cells(registry: Registry, profile: str, check: str) -> list[Case] | list[Transfer]:
+    """The cells of a check in this run: the built-in matrix's (unless left out), then each
+    registered strategy's, every list sorted by id."""
+    out: list[Any] = list(cells(profile, check)) if registry.builtin else []
+    for _, strategy in sorted(registry.strategies.items()):
+        out += strategy_cells(strategy, profile, check)
+    return out
+
+
+def profile_cell_ids(profile: str, registry: Registry | None = None) -> set[str]:
+    """Every cell id the run has, over every check (what a baseline of it should cover)."""
+    registry = registry or Registry()
+    return {cell.id for check in CHECKS for cell in run_cells(registry, profile, check)}
 
 
 class ResultCollector:
@@ -213,7 +242,7 @@ class ResultCollector:
         """Entries the run cannot have seen. Of the baseline's own profile: the matrix lost the
         cell (it disappeared): the gate fails. Of another profile: a warning."""
         profile = self.config.getoption("matrix")
-        known = profile_cell_ids(profile)
+        known = profile_cell_ids(profile, self.config.stash[REGISTRY_KEY])
         missing = sorted(
             cell_id
             for cell_id, entry in baseline.entries.items()
@@ -250,6 +279,7 @@ class ResultCollector:
             matrix=self.config.getoption("matrix"),
             args=list(self.config.invocation_params.args),
             hypothesis=_hypothesis_settings(self.config),
+            strategies=self.config.stash[REGISTRY_KEY].versions(),
         )
         if baseline is not None:
             env["baseline"] = {"path": baseline.path, "sha256": baseline.sha256, "profile": baseline.profile}

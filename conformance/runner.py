@@ -15,6 +15,7 @@ from conformance.check.roundtrip import RoundTrip, StrategyFactory, run_roundtri
 from conformance.matrix import refusal_reason, transfer_unsupported_reason, unsupported_reason
 from conformance.outcome import CellResult, Outcome
 from conformance.strategy.builtin import builtin_strategy
+from conformance.strategy.registry import RegisteredStrategy
 from conformance.world import CellRun, WorldPool
 
 Cell = Case | Transfer
@@ -70,7 +71,14 @@ def _summarize(case: Case, run: CellRun) -> tuple[Outcome, str]:
 CHECKS = {"resume": resume.execute, "hygiene": hygiene.execute, "corrupt": corrupt.execute}
 
 
-def _not_here(cell: Cell, backend: str) -> tuple[Outcome, str] | None:
+def _not_here(cell: Cell, backend: str, registered: RegisteredStrategy | None) -> tuple[Outcome, str] | None:
+    if registered is not None:
+        reason = registered.unsupported_reason(cell)
+        if reason:
+            return Outcome.UNSUPPORTED, reason
+        reason = registered.skip_reason()
+        if reason:
+            return Outcome.SKIP, reason
     if isinstance(cell, Transfer):
         reason = transfer_unsupported_reason(cell)
         if reason:
@@ -94,12 +102,24 @@ def run_case(
     backend: str,
     timeout_s: float,
     strategy_factory: StrategyFactory = builtin_strategy,
+    registered: RegisteredStrategy | None = None,
 ) -> CellResult:
     """Run one cell of any check and say how it ended. A fault of the harness itself (in this
-    process) is the cell's error too, with its traceback: never a lost cell."""
+    process) is the cell's error too, with its traceback: never a lost cell. `registered`: the
+    strategy of a cell of a registered strategy; its declaration decides what is unsupported,
+    and its factory replaces `strategy_factory`."""
     start = time.monotonic()
+    if registered is not None:
+        strategy_factory = registered.factory
     try:
-        return _run_case(pool, case, backend=backend, timeout_s=timeout_s, strategy_factory=strategy_factory)
+        return _run_case(
+            pool,
+            case,
+            backend=backend,
+            timeout_s=timeout_s,
+            strategy_factory=strategy_factory,
+            registered=registered,
+        )
     except Exception:
         axes = {**case.axes(), "backend": backend}
         detail = "harness error (in the pytest process, not on a rank):\n" + traceback.format_exc()
@@ -113,10 +133,11 @@ def _run_case(
     backend: str,
     timeout_s: float,
     strategy_factory: StrategyFactory,
+    registered: RegisteredStrategy | None,
 ) -> CellResult:
     start = time.monotonic()
     axes = {**case.axes(), "backend": backend}
-    verdict = _not_here(case, backend)
+    verdict = _not_here(case, backend, registered)
     if verdict:
         return CellResult(case.id, axes, verdict[0], verdict[1], 0.0)
     if case.check != "roundtrip":

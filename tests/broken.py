@@ -7,6 +7,7 @@ the only thing that differs. Factories are module-level functions: cells pickle 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from torch import nn
 from conformance.case import Case
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.protocol import Strategy, TrainState
+from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.strategy.wrappers import Fsdp1Wrapper, unwrap
 from conformance.world import RankContext
 
@@ -303,3 +305,36 @@ def negates_weights_under_fsdp2(case: Case) -> Strategy:
     """NegatesOwnWeights for FSDP2 cells, the built-in strategy for every other."""
     strategy = builtin_strategy(case)
     return NegatesOwnWeights(strategy) if case.family == "fsdp2" else strategy
+
+
+# Registered strategies (what `--strategy tests.broken:NAME` takes): a framework that says it
+# shards but falls back to replication, and one that drops the optimizer state. Their cells
+# of FSDP1 FULL_SHARD must fail; the control registers the built-in strategy the same way.
+def _builtin_for(case: Case) -> Strategy:
+    """The built-in strategy a registered cell stands for: DSD + DCP of the cell's kind."""
+    api = "dsd_sharded" if case.kind == "sharded" else "dsd_full"
+    return builtin_strategy(dataclasses.replace(case, api=api, storage="dcp", strategy=""))
+
+
+def registered_control(case: Case) -> Strategy:
+    return _builtin_for(case)
+
+
+def registered_replicates(case: Case) -> Strategy:
+    return SilentlyReplicates(_builtin_for(case))
+
+
+def registered_forgets_optimizer(case: Case) -> Strategy:
+    return ForgetsOptimizer(_builtin_for(case))
+
+
+_FSDP1_SHARDED = Supports(wrappers=(("fsdp1+orig", "full_shard"),), kinds=("sharded",), checks=("roundtrip",))
+CONTROL = RegisteredStrategy("control", registered_control, _FSDP1_SHARDED, storage="dcp")
+FALLS_BACK_TO_REPLICATION = RegisteredStrategy(
+    "replicates", registered_replicates, _FSDP1_SHARDED, storage="dcp"
+)
+DROPS_OPTIMIZER = RegisteredStrategy("forgets", registered_forgets_optimizer, _FSDP1_SHARDED, storage="dcp")
+NEEDS_MISSING_FRAMEWORK = RegisteredStrategy(
+    "absent", registered_control, _FSDP1_SHARDED, storage="dcp", requires=("no-such-framework-xyz",)
+)
+NOT_A_STRATEGY = object()

@@ -219,3 +219,82 @@ def test_a_cell_gone_from_the_matrix_fails_the_gate(tmp_path: Path) -> None:
         str(baseline),
     )
     assert code == 0 and "match no cell of the ci matrix" in log, log
+
+
+REGISTERED = "test_roundtrip and w2 and not groups and not sched"  # a few cells of each strategy
+
+
+def test_registered_strategies_run_their_declared_cells_and_are_caught(tmp_path: Path) -> None:
+    """--strategy module:ATTR, repeatable: only the strategies named run. The control passes;
+    a strategy that falls back to replication fails its sanity check, one that drops the
+    optimizer fails the comparison; undeclared cells are unsupported with the reason, and a
+    missing framework makes skips that name it."""
+    names = ["CONTROL", "FALLS_BACK_TO_REPLICATION", "DROPS_OPTIMIZER", "NEEDS_MISSING_FRAMEWORK"]
+    strategies = [arg for name in names for arg in ("--strategy", f"tests.broken:{name}")]
+    code, results, log = run_cases(tmp_path, "--matrix", "ci", "-k", REGISTERED, *strategies)
+    assert code == 1, log
+    cells = {c["id"]: c for c in results["cells"]}
+    assert all(
+        c["axes"]["strategy"] in ("control", "replicates", "forgets", "absent") for c in cells.values()
+    )
+    cell = "{}-fsdp1_full_shard+orig-sharded-dcp-adamw-mlp-w2"
+    assert cells[cell.format("control")]["outcome"] == "pass"
+    assert cells[cell.format("replicates")]["outcome"] == "fail"
+    assert "silently replicated" in cells[cell.format("replicates")]["detail"]
+    assert cells[cell.format("forgets")]["outcome"] == "fail"
+    assert cells[cell.format("absent")]["outcome"] == "skip"
+    assert "no-such-framework-xyz" in cells[cell.format("absent")]["detail"]
+    other = cells["control-fsdp2-sharded-dcp-adamw-mlp-w2"]
+    assert other["outcome"] == "unsupported" and "control does not declare fsdp2 shard" in other["detail"]
+    full = cells["control-fsdp1_full_shard+orig-full-dcp-adamw-mlp-w2"]
+    assert full["outcome"] == "unsupported" and "full state dicts" in full["detail"]
+    assert results["environment"]["strategies"]["absent"] == {"no-such-framework-xyz": None}
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("nope", "give package.module:ATTR"),
+        ("tests.no_such_module:X", "cannot import tests.no_such_module"),
+        ("tests.broken:NO_SUCH", "has no attribute 'NO_SUCH'"),
+        ("tests.broken:NOT_A_STRATEGY", "is a object, not a RegisteredStrategy"),
+    ],
+)
+def test_bad_strategies_are_usage_errors(tmp_path: Path, spec: str, message: str) -> None:
+    code, _, log = run_cases(tmp_path, "--strategy", spec, "--collect-only")
+    assert code == 4 and message in log, log
+
+
+def test_the_readme_example_copied_into_a_new_file_runs_as_written(tmp_path: Path) -> None:
+    """Issue 6's first 'done when': the README's example in a new file, then its command."""
+    readme = (ROOT / "README.md").read_text()
+    example = readme.split("```python\n# my_strategy.py\n", 1)[1].split("```", 1)[0]
+    assert example == (ROOT / "examples" / "my_strategy.py").read_text().split('"""\n\n', 1)[1]
+    (tmp_path / "my_strategy.py").write_text(example)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [
+            *PYTEST_CASES[:3],
+            str(ROOT / "cases"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--strategy",
+            "my_strategy:STRATEGY",
+            "--matrix",
+            "ci",
+            "-k",
+            "test_roundtrip",
+            "--report-dir",
+            str(out),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    passed = [c["id"] for c in results["cells"] if c["outcome"] == "pass"]
+    assert "my_fsdp2_dcp-fsdp2-sharded-dcp-adamw-mlp-w2" in passed
+    assert (out / "matrix.html").exists()

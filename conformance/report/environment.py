@@ -36,8 +36,10 @@ def environment(
     matrix: str,
     args: list[str],
     hypothesis: dict[str, Any] | None = None,
+    strategies: dict[str, dict[str, str | None]] | None = None,
 ) -> dict[str, Any]:
-    """The run's metadata. `series` names what makes runs comparable (hardware kind, backend);
+    """The run's metadata. `strategies`: each registered strategy's required frameworks and
+    their installed versions (None: not installed), also in `variant.frameworks`. `series` names what makes runs comparable (hardware kind, backend);
     `variant` the exact versions within a series. The flat fields repeat them for readers of
     schema 1 that came first."""
     cuda = torch.cuda.is_available()
@@ -56,11 +58,13 @@ def environment(
         "platform": platform.platform(),
         "device": device,
         "device_count": device_count,
+        "frameworks": {dist: v for versions in (strategies or {}).values() for dist, v in versions.items()},
     }
     return {
         "series": {"hardware": hardware, "backend": backend},
         "variant": variant,
         "hypothesis": hypothesis or {},
+        "strategies": strategies or {},
         "suite_version": conformance.__version__,
         "suite_commit": suite_commit(),
         "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -98,7 +98,7 @@ _CASE_FIELDS = [f.name for f in fields(Case) if f.name not in ("check", "variant
 def config(cell: CellResult) -> str:
     """The strategy of a cell (its saving side for reshard / interop): wrapper token, API and
     storage, as in the cell id."""
-    return Case(**{name: cell.axes[name] for name in _CASE_FIELDS}).config
+    return Case(**{name: cell.axes[name] for name in _CASE_FIELDS if name in cell.axes}).config
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,193 @@
+"""Registered strategies: yours, a framework's, next to the built-in matrix.
+
+A `RegisteredStrategy` names a factory `Case -> Strategy` (the protocol in `protocol.py`)
+and declares what it supports. The matrix gives it the cells of the profile's round-trip,
+resume and reshard checks, over every wrapper the profile has, for the full and sharded
+state-dict kinds; every cell outside what it declares is an explicit `unsupported` with the
+reason, and when a package it requires is missing its cells are skips that name it.
+
+Register one with `pytest cases --strategy package.module:ATTR` (repeatable; then only the
+strategies named run: `--strategy builtin` names the built-in ones), or for everyone who
+installs your package with an entry point in the `conformance.strategies` group, which runs
+with the built-in matrix by default:
+
+    [project.entry-points."conformance.strategies"]
+    my_trainer = "my_trainer.checkpoint_conformance:STRATEGY"
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from conformance.case import Case, Transfer
+
+if TYPE_CHECKING:
+    from conformance.strategy.protocol import Strategy
+
+ENTRY_POINT_GROUP = "conformance.strategies"
+STRATEGY_CHECKS = ("reshard", "resume", "roundtrip")  # the checks a registered strategy gets
+STRATEGY_KINDS = ("full", "sharded")  # the state-dict kinds it is asked for, one cell each
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Supports:
+    """What a strategy can do; the cells of everything else are `unsupported`.
+
+    wrappers: (wrapper, sharding) pairs as the matrix spells them, e.g. ("fsdp1", "full_shard"),
+    ("fsdp1+orig", "shard_grad_op"), ("fsdp2", "shard"), ("ddp", "replicate").
+    kinds: the state-dict kinds it saves ("full", "sharded"). checks: of STRATEGY_CHECKS;
+    "reshard" means it loads a checkpoint in another world size. world_sizes, optimizers,
+    models, precisions: None for every one the matrix has."""
+
+    wrappers: tuple[tuple[str, str], ...]
+    kinds: tuple[str, ...] = STRATEGY_KINDS
+    checks: tuple[str, ...] = ("resume", "roundtrip")
+    world_sizes: tuple[int, ...] | None = None
+    optimizers: tuple[str, ...] | None = None
+    models: tuple[str, ...] | None = None
+    precisions: tuple[str, ...] | None = ("fp32",)
+
+
+@dataclass(frozen=True)
+class RegisteredStrategy:
+    """name: a word of every cell id ([a-z][a-z0-9_]*). factory: module-level (the ranks import
+    it by name), called on every rank with the cell's Case. storage: a label for how it
+    writes (a word of the id). requires: distribution names it needs; when one is missing,
+    every cell of the strategy is a skip naming it."""
+
+    name: str
+    factory: Callable[[Case], Strategy]
+    supports: Supports
+    storage: str = "native"
+    requires: tuple[str, ...] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name) or self.name == "builtin":
+            raise ValueError(
+                f"strategy name {self.name!r}: a lowercase word ([a-z][a-z0-9_]*), not 'builtin'"
+            )
+        if not _NAME.match(self.storage):
+            raise ValueError(f"storage label {self.storage!r}: a lowercase word")
+        unknown = set(self.supports.checks) - set(STRATEGY_CHECKS)
+        if unknown:
+            raise ValueError(
+                f"{self.name}: checks {sorted(unknown)} are not offered; known: {STRATEGY_CHECKS}"
+            )
+
+    def versions(self) -> dict[str, str | None]:
+        """The installed version of each required distribution (None: not installed)."""
+        out: dict[str, str | None] = {}
+        for dist in self.requires:
+            try:
+                out[dist] = importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                out[dist] = None
+        return out
+
+    def skip_reason(self) -> str | None:
+        missing = [d for d, v in self.versions().items() if v is None]
+        if missing:
+            return f"{self.name} needs {', '.join(missing)} (pip install {' '.join(missing)})"
+        return None
+
+    def unsupported_reason(self, cell: Case | Transfer) -> str | None:
+        """Why the strategy does not take this cell, by its own declaration, or None. A reshard
+        cell: both sides must be declared."""
+        if isinstance(cell, Transfer):
+            return self._undeclared(cell.save, cell.check) or self._undeclared(cell.load, cell.check)
+        return self._undeclared(cell, cell.check)
+
+    def _undeclared(self, case: Case, check: str) -> str | None:
+        s = self.supports
+        declared: list[tuple[bool, str]] = [
+            (check in s.checks, f"the {check} check"),
+            ((case.wrapper, case.sharding) in s.wrappers, f"{case.wrapper} {case.sharding}"),
+            (case.kind in s.kinds, f"{case.kind} state dicts"),
+            (s.world_sizes is None or case.world_size in s.world_sizes, f"{case.world_size} ranks"),
+            (s.optimizers is None or case.optimizer in s.optimizers, f"optimizer {case.optimizer}"),
+            (s.models is None or case.model in s.models, f"model {case.model}"),
+            (s.precisions is None or case.precision in s.precisions, f"precision {case.precision}"),
+        ]
+        return next((f"{self.name} does not declare {what}" for ok, what in declared if not ok), None)
+
+
+@dataclass
+class Registry:
+    """The strategies of a run: the built-in matrix (unless left out) and registered ones."""
+
+    builtin: bool = True
+    strategies: dict[str, RegisteredStrategy] = field(default_factory=dict)
+
+    def add(self, strategy: RegisteredStrategy, source: str) -> None:
+        if not isinstance(strategy, RegisteredStrategy):
+            raise TypeError(f"{source} is a {type(strategy).__name__}, not a RegisteredStrategy")
+        if strategy.name in self.strategies:
+            raise ValueError(f"two strategies are named {strategy.name!r} ({source} is the second)")
+        self.strategies[strategy.name] = strategy
+
+    def get(self, name: str) -> RegisteredStrategy:
+        try:
+            return self.strategies[name]
+        except KeyError:
+            raise KeyError(
+                f"no registered strategy {name!r}; registered: {sorted(self.strategies)}"
+            ) from None
+
+    def versions(self) -> dict[str, dict[str, str | None]]:
+        """name -> the versions of what it requires: the run metadata's frameworks."""
+        return {name: s.versions() for name, s in sorted(self.strategies.items())}
+
+
+def entry_point_strategies() -> dict[str, str]:
+    """Entry-point name -> its value (module:attr), for the `conformance.strategies` group."""
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_strategy(spec: str) -> RegisteredStrategy:
+    """`package.module:ATTR` (a file of the working directory counts as a module), or the
+    name of an entry point of the `conformance.strategies` group."""
+    points = entry_point_strategies()
+    target = points.get(spec, spec)
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(
+            f"--strategy {spec!r}: give package.module:ATTR or an installed entry point's name "
+            f"(installed: {sorted(points) or 'none'})"
+        )
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)  # as `python -m` does; the ranks get this path too
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"--strategy {spec!r}: cannot import {module_name}: {exc}") from None
+    try:
+        value = getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"--strategy {spec!r}: {module_name} has no attribute {attr!r}") from None
+    if not isinstance(value, RegisteredStrategy):
+        raise ValueError(f"--strategy {spec!r} is a {type(value).__name__}, not a RegisteredStrategy")
+    return value
+
+
+def build_registry(names: list[str]) -> Registry:
+    """No names: the built-in matrix and every entry point. Names: only those ("builtin" for
+    the built-in matrix)."""
+    if not names:
+        registry = Registry(builtin=True)
+        for name in sorted(entry_point_strategies()):
+            registry.add(load_strategy(name), f"entry point {name}")
+        return registry
+    registry = Registry(builtin="builtin" in names)
+    for name in sorted(set(names) - {"builtin"}):
+        registry.add(load_strategy(name), f"--strategy {name}")
+    return registry
