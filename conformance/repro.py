@@ -22,35 +22,53 @@ import tempfile
 from pathlib import Path
 
 from conformance.case import Case, Transfer
+from conformance.strategy.registry import Registry, build_registry
 
 
-def find_cell(cell_id: str) -> Case | Transfer:
-    """The cell with this id, from any profile and check."""
-    from conformance.matrix import CHECKS, PROFILES, cells
+def find_cell(cell_id: str, registry: Registry | None = None) -> Case | Transfer:
+    """The cell with this id, from any profile and check, of the built-in matrix or of a
+    registered strategy."""
+    from conformance.matrix import CHECKS, PROFILES, cells, strategy_cells
 
+    registry = registry or Registry()
     for profile in PROFILES:
         for check in CHECKS:
-            for cell in cells(profile, check):
+            found = list(cells(profile, check))
+            for strategy in registry.strategies.values():
+                found += strategy_cells(strategy, profile, check)
+            for cell in found:
                 if cell.id == cell_id:
                     return cell
-    raise SystemExit(f"no cell {cell_id!r} in any profile (ids are in results.json and the reports)")
+    raise SystemExit(
+        f"no cell {cell_id!r} in any profile (ids are in results.json and the reports; a registered "
+        "strategy's cell needs the --strategy it ran with)"
+    )
 
 
-def repro_command(cell_id: str, check: str, world_size: int) -> str:
-    """The one command the reports give for a cell."""
-    if check == "roundtrip":
+def repro_command(cell_id: str, check: str, world_size: int, strategy: str = "") -> str:
+    """The one command the reports give for a cell (a registered strategy's by its name, as an
+    entry point has it; one registered by module:ATTR takes that instead)."""
+    option = f" --strategy {strategy}" if strategy else ""
+    if check == "roundtrip" and not strategy:
         return f"torchrun --nproc-per-node {world_size} -m conformance.repro {cell_id}"
-    return f"python -m conformance.repro {cell_id}"
+    return f"python -m conformance.repro {cell_id}{option}"
 
 
-def run_under_torchrun(cell: Case | Transfer, backend: str, timeout_s: float) -> int:
+def run_under_torchrun(cell: Case | Transfer, registry: Registry, backend: str, timeout_s: float) -> int:
     """Drive the cell's check, each world a torchrun of its own."""
     from conformance.outcome import Outcome
     from conformance.runner import resolve_backend, run_case
     from conformance.world.torchrun import TorchrunPool
 
+    registered = registry.get(cell.strategy) if cell.strategy else None
     with TorchrunPool(echo=True) as pool:
-        result = run_case(pool, cell, backend=resolve_backend(backend), timeout_s=timeout_s)  # type: ignore[arg-type]
+        result = run_case(
+            pool,  # type: ignore[arg-type]
+            cell,
+            backend=resolve_backend(backend),
+            timeout_s=timeout_s,
+            registered=registered,
+        )
     print(f"{cell.id}: {result.outcome.value}\n{result.detail}")
     return 0 if result.outcome is Outcome.PASS else 1
 
@@ -102,11 +120,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("cell_id")
     parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds for each world (default 300)")
+    parser.add_argument(
+        "--strategy",
+        action="append",
+        default=[],
+        help="a registered strategy (package.module:ATTR or an entry point's name), as in the run",
+    )
     args = parser.parse_args(argv)
-    cell = find_cell(args.cell_id)
+    try:
+        registry = build_registry([*args.strategy, "builtin"])
+    except (ValueError, TypeError) as exc:
+        raise SystemExit(str(exc)) from None
+    cell = find_cell(args.cell_id, registry)
     if "RANK" not in os.environ:
-        return run_under_torchrun(cell, args.backend, args.timeout)
-    if not isinstance(cell, Case) or cell.check != "roundtrip":
+        return run_under_torchrun(cell, registry, args.backend, args.timeout)
+    if not isinstance(cell, Case) or cell.check != "roundtrip" or cell.strategy:
         raise SystemExit(
             f"{cell.id} spans several worlds: run `python -m conformance.repro {cell.id}` (not under "
             "torchrun); it starts one torchrun per world"

@@ -44,5 +44,7 @@ class Phases:
         return run.values
 
     def scratch(self) -> Path:
-        """A directory every world of the pool can reach, for a checkpoint between phases."""
-        return Path(tempfile.mkdtemp(prefix="checkpoint-", dir=self.pool.root))
+        """Where a checkpoint between phases goes: a path that does not exist yet (the strategy
+        writes a file or a directory there, as in the round trip), in a fresh directory every
+        world of the pool can reach."""
+        return Path(tempfile.mkdtemp(prefix="checkpoint-", dir=self.pool.root)) / "checkpoint"

@@ -33,7 +33,7 @@ def sharding_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[st
     if group > 1 and local >= total:
         problems.append(
             f"rank {ctx.rank} holds {local} of the model's {total} parameter elements: {case.sharding} over "
-            f"{group} ranks must hold fewer (silently replicated?)"
+            f"{group} ranks must hold fewer (silently replicated? the model is a {type(model).__name__})"
         )
     if group == 1 and local < total:
         problems.append(

@@ -104,7 +104,10 @@ def repro_command(cell: CellResult) -> str:
     (conformance.repro)."""
     from conformance.repro import repro_command as command
 
-    return command(cell.id, str(cell.axes.get("check", "roundtrip")), int(cell.axes["world_size"]))
+    axes = cell.axes
+    return command(
+        cell.id, str(axes.get("check", "roundtrip")), int(axes["world_size"]), str(axes.get("strategy", ""))
+    )
 
 
 def _grids(cells: list[CellResult], known: Mapping[str, Any]) -> str:

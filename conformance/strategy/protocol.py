@@ -33,6 +33,8 @@ class Strategy(Protocol):
     wrapped model's parameters, trains, calls `save`; then builds a fresh model (other
     weights), `wrap`s it, builds a fresh optimizer and scheduler, calls `load`, and compares.
 
+    `path` does not exist before `save`: the strategy writes a file or a directory there.
+
     Optional: `load_before_wrap(model, path, ctx)`. A strategy that has it gets the fresh,
     unwrapped model first, to load weights into before `wrap` (the FSDP tutorial loads the
     full model on rank 0 and wraps with sync_module_states=True).

@@ -1,0 +1,100 @@
+"""Hugging Face Accelerate with its FSDP plugin (FSDP1 full and sharded state dicts, FSDP2),
+driven as a training script drives it: `Accelerator(fsdp_plugin=...)`, `prepare` the model,
+the optimizer and the scheduler, then `save_state` / `load_state`.
+
+Accelerate adopts the world's process group from RANK, WORLD_SIZE and LOCAL_RANK (the ranks
+set them). Its state is a process-wide singleton; each wrapped model gets an Accelerator of
+its own (the trained one and the fresh one of a cell), made after resetting that singleton,
+so that `save_state` and `load_state` see one model, one optimizer and one scheduler, as in
+a training script.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from conformance.case import Case
+from conformance.strategy.protocol import TrainState
+from conformance.strategy.registry import RegisteredStrategy, Supports
+from conformance.world import RankContext
+
+STATE_DICT_TYPES = {"full": "FULL_STATE_DICT", "sharded": "SHARDED_STATE_DICT"}
+
+
+def fsdp_plugin(case: Case) -> Any:
+    from accelerate import FullyShardedDataParallelPlugin
+
+    common: dict[str, Any] = {
+        "state_dict_type": STATE_DICT_TYPES[case.kind],
+        "auto_wrap_policy": "transformer_based_wrap",
+        "transformer_cls_names_to_wrap": ["Linear"],
+    }
+    if case.family == "fsdp2":
+        return FullyShardedDataParallelPlugin(fsdp_version=2, reshard_after_forward=True, **common)
+    return FullyShardedDataParallelPlugin(
+        fsdp_version=1,
+        sharding_strategy=case.sharding.upper(),
+        use_orig_params=case.wrapper == "fsdp1+orig",
+        **common,
+    )
+
+
+@dataclass
+class AccelerateFsdp:
+    case: Case
+    accelerators: dict[int, Any] = field(default_factory=dict, init=False)  # id(wrapped model) -> its own
+    prepared: set[int] = field(default_factory=set, init=False)
+
+    def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
+        from accelerate import Accelerator
+        from accelerate.state import AcceleratorState, GradientState
+
+        AcceleratorState._reset_state()
+        GradientState._reset_state()
+        accelerator = Accelerator(fsdp_plugin=fsdp_plugin(self.case), cpu=ctx.device.type == "cpu")
+        wrapped = accelerator.prepare_model(model.to(ctx.device))
+        self.accelerators[id(wrapped)] = accelerator
+        return wrapped
+
+    def _accelerator(self, state: TrainState) -> Any:
+        """The model's Accelerator, with the optimizer and scheduler prepared (registered for
+        its checkpoints) the first time."""
+        accelerator = self.accelerators[id(state.model)]
+        if id(state.model) not in self.prepared:
+            self.prepared.add(id(state.model))
+            accelerator.prepare_optimizer(state.optim)
+            if state.scheduler is not None:
+                accelerator.prepare_scheduler(state.scheduler)
+        return accelerator
+
+    def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        self._accelerator(state).save_state(str(path))
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        self._accelerator(state).load_state(str(path))
+
+
+def accelerate_fsdp(case: Case) -> AccelerateFsdp:
+    return AccelerateFsdp(case)
+
+
+ACCELERATE_FSDP = RegisteredStrategy(
+    name="accelerate_fsdp",
+    factory=accelerate_fsdp,
+    supports=Supports(
+        wrappers=(
+            ("fsdp1", "full_shard"),
+            ("fsdp1", "shard_grad_op"),
+            ("fsdp1+orig", "full_shard"),
+            ("fsdp2", "shard"),
+        ),
+        checks=("resume", "roundtrip", "reshard"),
+    ),
+    storage="accelerate",
+    requires=("accelerate",),
+    description="accelerate.Accelerator(fsdp_plugin=...) save_state / load_state",
+)
