@@ -15,7 +15,7 @@ from typing import Any
 
 from conformance.case import Case, Transfer
 from conformance.strategy.builtin import STATE_APIS
-from conformance.strategy.registry import STRATEGY_CHECKS, STRATEGY_KINDS, RegisteredStrategy
+from conformance.strategy.registry import STRATEGY_CHECKS, STRATEGY_KINDS, RegisteredStrategy, Registry
 
 FSDP1_SHARDINGS = ("full_shard", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "shard_grad_op")
 FSDP2_SHARDINGS = ("hsdp", "shard")
@@ -386,13 +386,23 @@ def strategy_cells(strategy: RegisteredStrategy, profile: str, check: str) -> li
             case, api=kind, storage=strategy.storage, strategy=strategy.name, variant=""
         )
 
-    kinds = STRATEGY_KINDS
     if check == "reshard":
         pairs = {(t.save, t.load.world_size) for t in transfers(profile, check)}
         out = {
             Transfer("reshard", mine(save, k), dataclasses.replace(mine(save, k), world_size=m))
             for save, m in pairs
-            for k in kinds
+            for k in STRATEGY_KINDS
         }
         return sorted(out, key=lambda t: t.id)
-    return sorted({mine(case, k) for case in cases(profile, check) for k in kinds}, key=lambda c: c.id)
+    return sorted(
+        {mine(case, k) for case in cases(profile, check) for k in STRATEGY_KINDS}, key=lambda c: c.id
+    )
+
+
+def run_cells(registry: Registry, profile: str, check: str) -> list[Case] | list[Transfer]:
+    """The cells of a check in a run: the built-in matrix's (unless the registry leaves it
+    out), then each registered strategy's, every list sorted by id."""
+    out: list[Any] = list(cells(profile, check)) if registry.builtin else []
+    for _, strategy in sorted(registry.strategies.items()):
+        out += strategy_cells(strategy, profile, check)
+    return out

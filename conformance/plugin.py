@@ -19,7 +19,7 @@ import torch
 from conformance.baseline import Baseline, judge, known_failures, load_baseline, render_baseline
 from conformance.case import API_KINDS, Case, Transfer
 from conformance.check.roundtrip import StrategyFactory
-from conformance.matrix import CHECKS, PROFILES, cells, strategy_cells
+from conformance.matrix import CHECKS, PROFILES, run_cells
 from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.report.environment import environment
 from conformance.report.html import render_html
@@ -200,15 +200,6 @@ def _hypothesis_settings(config: pytest.Config) -> dict[str, Any]:
         "derandomize": current.derandomize,
         "max_examples": current.max_examples,
     }
-
-
-def run_cells(registry: Registry, profile: str, check: str) -> list[Case] | list[Transfer]:
-    """The cells of a check in this run: the built-in matrix's (unless left out), then each
-    registered strategy's, every list sorted by id."""
-    out: list[Any] = list(cells(profile, check)) if registry.builtin else []
-    for _, strategy in sorted(registry.strategies.items()):
-        out += strategy_cells(strategy, profile, check)
-    return out
 
 
 def profile_cell_ids(profile: str, registry: Registry | None = None) -> set[str]:

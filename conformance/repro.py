@@ -28,15 +28,12 @@ from conformance.strategy.registry import Registry, build_registry
 def find_cell(cell_id: str, registry: Registry | None = None) -> Case | Transfer:
     """The cell with this id, from any profile and check, of the built-in matrix or of a
     registered strategy."""
-    from conformance.matrix import CHECKS, PROFILES, cells, strategy_cells
+    from conformance.matrix import CHECKS, PROFILES, run_cells
 
     registry = registry or Registry()
     for profile in PROFILES:
         for check in CHECKS:
-            found = list(cells(profile, check))
-            for strategy in registry.strategies.values():
-                found += strategy_cells(strategy, profile, check)
-            for cell in found:
+            for cell in run_cells(registry, profile, check):
                 if cell.id == cell_id:
                     return cell
     raise SystemExit(
@@ -63,7 +60,7 @@ def run_under_torchrun(cell: Case | Transfer, registry: Registry, backend: str, 
     registered = registry.get(cell.strategy) if cell.strategy else None
     with TorchrunPool(echo=True) as pool:
         result = run_case(
-            pool,  # type: ignore[arg-type]
+            pool,
             cell,
             backend=resolve_backend(backend),
             timeout_s=timeout_s,
@@ -81,16 +78,13 @@ def run_in_this_world(case: Case, backend_choice: str) -> int:
     from conformance.check.roundtrip import RoundTrip, run_roundtrip
     from conformance.runner import case_seed, resolve_backend
     from conformance.world import RankContext
+    from conformance.world.torchrun import torchrun_device
 
     backend = resolve_backend(backend_choice)
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if size != case.world_size:
         raise SystemExit(f"{case.id} needs {case.world_size} processes, torchrun started {size}")
-    if backend == "nccl":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
+    device = torchrun_device(backend)
     dist.init_process_group(backend)
     seed = case_seed(case)
     torch.manual_seed(seed)

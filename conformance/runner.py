@@ -16,7 +16,7 @@ from conformance.matrix import refusal_reason, transfer_unsupported_reason, unsu
 from conformance.outcome import CellResult, Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.registry import RegisteredStrategy
-from conformance.world import CellRun, WorldPool
+from conformance.world import CellPool, CellRun
 
 Cell = Case | Transfer
 
@@ -96,7 +96,7 @@ def _not_here(cell: Cell, backend: str, registered: RegisteredStrategy | None) -
 
 
 def run_case(
-    pool: WorldPool,
+    pool: CellPool,
     case: Cell,
     *,
     backend: str,
@@ -127,7 +127,7 @@ def run_case(
 
 
 def _run_case(
-    pool: WorldPool,
+    pool: CellPool,
     case: Cell,
     *,
     backend: str,

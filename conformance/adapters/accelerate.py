@@ -78,13 +78,9 @@ class AccelerateFsdp:
         self._accelerator(state).load_state(str(path))
 
 
-def accelerate_fsdp(case: Case) -> AccelerateFsdp:
-    return AccelerateFsdp(case)
-
-
 ACCELERATE_FSDP = RegisteredStrategy(
     name="accelerate_fsdp",
-    factory=accelerate_fsdp,
+    factory=AccelerateFsdp,  # a class is a factory Case -> strategy
     supports=Supports(
         wrappers=(
             ("fsdp1", "full_shard"),

@@ -124,7 +124,6 @@ class FabricFsdp(FabricStrategy):
     def make(self, ctx: RankContext) -> Any:
         from lightning.fabric.strategies import FSDPStrategy
 
-        model_units = {nn.Linear}
         return FSDPStrategy(
             accelerator=accelerator(ctx),
             cluster_environment=existing_group_environment(),
@@ -132,7 +131,7 @@ class FabricFsdp(FabricStrategy):
             process_group_backend=ctx.backend,
             state_dict_type=self.case.kind,
             sharding_strategy=self.case.sharding.upper(),
-            auto_wrap_policy=model_units,
+            auto_wrap_policy={nn.Linear},
         )
 
 
@@ -166,17 +165,9 @@ def fully_shard_linears(model: nn.Module, device_mesh: Any) -> nn.Module:
     return fully_shard(model, mesh=mesh)
 
 
-def fabric_fsdp(case: Case) -> FabricFsdp:
-    return FabricFsdp(case)
-
-
-def fabric_model_parallel(case: Case) -> FabricModelParallel:
-    return FabricModelParallel(case)
-
-
 FABRIC_FSDP = RegisteredStrategy(
     name="lightning_fabric_fsdp",
-    factory=fabric_fsdp,
+    factory=FabricFsdp,  # a class is a factory Case -> strategy
     supports=Supports(
         wrappers=tuple(("fsdp1+orig", s) for s in FSDP1_SHARDINGS),  # Fabric sets use_orig_params=True
         checks=("resume", "roundtrip", "reshard"),
@@ -187,7 +178,7 @@ FABRIC_FSDP = RegisteredStrategy(
 )
 FABRIC_MODEL_PARALLEL = RegisteredStrategy(
     name="lightning_fabric_model_parallel",
-    factory=fabric_model_parallel,
+    factory=FabricModelParallel,
     supports=Supports(wrappers=(("fsdp2", "shard"),), checks=("resume", "roundtrip", "reshard")),
     storage="fabric",
     requires=("lightning",),

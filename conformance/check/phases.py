@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.outcome import Outcome
-from conformance.world import WorldPool
+from conformance.world import CellPool
 from conformance.world.rank import CellFn
 
 STATUS_OUTCOMES = {"error": Outcome.ERROR, "crash": Outcome.CRASH, "hang": Outcome.HANG}
@@ -29,7 +29,7 @@ class PhaseError(Exception):
 
 @dataclass
 class Phases:
-    pool: WorldPool
+    pool: CellPool
     backend: str
     timeout_s: float
     seed: int

@@ -17,6 +17,7 @@ with the built-in matrix by default:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import re
@@ -56,6 +57,16 @@ class Supports:
     precisions: tuple[str, ...] | None = ("fp32",)
 
 
+@functools.cache
+def installed_version(dist: str) -> str | None:
+    """A distribution's version, None when it is not installed; looked up once per process
+    (every cell of a strategy asks)."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 @dataclass(frozen=True)
 class RegisteredStrategy:
     """name: a word of every cell id ([a-z][a-z0-9_]*). factory: module-level (the ranks import
@@ -85,13 +96,7 @@ class RegisteredStrategy:
 
     def versions(self) -> dict[str, str | None]:
         """The installed version of each required distribution (None: not installed)."""
-        out: dict[str, str | None] = {}
-        for dist in self.requires:
-            try:
-                out[dist] = importlib.metadata.version(dist)
-            except importlib.metadata.PackageNotFoundError:
-                out[dist] = None
-        return out
+        return {dist: installed_version(dist) for dist in self.requires}
 
     def skip_reason(self) -> str | None:
         missing = [d for d, v in self.versions().items() if v is None]

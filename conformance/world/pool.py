@@ -7,10 +7,29 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from conformance.world.rank import CellFn
 from conformance.world.world import CellRun, World, WorldStartError
+
+
+class CellPool(Protocol):
+    """What runs a cell function on every rank of a world: the pool's warm worlds
+    (`WorldPool`), or one torchrun per call (`world.torchrun.TorchrunPool`)."""
+
+    root: Path  # a directory every world of the pool can reach
+
+    def run(
+        self,
+        backend: str,
+        size: int,
+        fn: CellFn,
+        arg: Any,
+        *,
+        timeout_s: float,
+        seed: int = 0,
+        slot: str = "",
+    ) -> CellRun: ...
 
 
 class WorldPool:
@@ -18,14 +37,12 @@ class WorldPool:
         self.root = Path(tempfile.mkdtemp(prefix="conformance-worlds-", dir=root))
         self.start_timeout_s = start_timeout_s
         self._worlds: dict[tuple[str, int, str], World] = {}
-        self.started = 0  # how many worlds this pool has started: a fresh one after each crash/hang
 
     def world(self, backend: str, size: int, slot: str = "") -> World:
         key = (backend, size, slot)
         world = self._worlds.get(key)
         if world is None or not world.alive:
             world = World(backend, size, self.root, start_timeout_s=self.start_timeout_s).start()
-            self.started += 1
             self._worlds[key] = world
         return world
 

@@ -21,10 +21,13 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conformance.world.rank import CellFn
 from conformance.world.world import CellRun
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,6 @@ class TorchrunPool:
         self.root = Path(tempfile.mkdtemp(prefix="conformance-torchrun-", dir=root))
         self.echo = echo
         self._jobs = 0
-        self.started = 0
 
     def run(
         self,
@@ -79,7 +81,6 @@ class TorchrunPool:
         if self.echo:
             print("$ " + " ".join(command[2:]).replace("torch.distributed.run", "torchrun", 1), flush=True)
         start = time.monotonic()
-        self.started += 1
         proc = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
         )
@@ -88,10 +89,9 @@ class TorchrunPool:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             output, _ = proc.communicate()
-            return CellRun("hang", detail=f"torchrun ran over {timeout_s:.0f} s:\n{_tail(output)}")
-        finally:
-            duration = time.monotonic() - start
-        return _collect(job_dir, size, proc.returncode, output, duration)
+            detail = f"torchrun ran over {timeout_s:.0f} s:\n{_tail(output)}"
+            return CellRun("hang", detail=detail, duration_s=time.monotonic() - start)
+        return _collect(job_dir, size, proc.returncode, output, time.monotonic() - start)
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -129,6 +129,17 @@ def _collect(job_dir: Path, size: int, returncode: int, output: str, duration: f
     return CellRun("ok", values=[replies[r][1] for r in range(size)], duration_s=duration)
 
 
+def torchrun_device(backend: str) -> torch.device:
+    """This torchrun rank's device: its LOCAL_RANK's GPU for nccl, else the CPU."""
+    import torch
+
+    if backend != "nccl":
+        return torch.device("cpu")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(device)
+    return device
+
+
 def rank_main(job_path: Path) -> int:
     """A rank started by torchrun: run the job's function, write (ok, value or traceback)."""
     import faulthandler
@@ -142,11 +153,7 @@ def rank_main(job_path: Path) -> int:
     faulthandler.enable(all_threads=True)
     job: Job = pickle.loads(job_path.read_bytes())
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if job.backend == "nccl":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
+    device = torchrun_device(job.backend)
     torch.set_num_threads(1)
     dist.init_process_group(job.backend)
     reset_globals(job.seed)
