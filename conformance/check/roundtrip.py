@@ -88,6 +88,19 @@ def preload_hook(strategy: Strategy, path: Path, ctx: RankContext) -> Callable[[
     return (lambda model: hook(model, path, ctx)) if callable(hook) else None
 
 
+def load_checkpoint(
+    strategy: Strategy, case: Case, ctx: RankContext, path: Path, fresh: TrainState
+) -> TrainState:
+    """Load the checkpoint into the fresh state (already checked to differ from the saved
+    one); a strategy that loads before wrapping gets a fresh model of the same seed instead,
+    which it loads into, and the state that was checked is set aside."""
+    preload = preload_hook(strategy, path, ctx)
+    if preload is not None:
+        fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, preload=preload)
+    strategy.load(fresh, path, ctx)
+    return fresh
+
+
 def _buffers(snapshot: Snapshot) -> Snapshot:
     return {k: v for k, v in snapshot.items() if k.startswith("buffer/")}
 
@@ -140,10 +153,7 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
             "the fresh model already equals the trained one: a load could not be told from no load"
         )
 
-    preload = preload_hook(strategy, path, ctx)
-    if preload is not None:  # the model checked above is set aside for one loaded before wrapping
-        fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, preload=preload)
-    strategy.load(fresh, path, ctx)
+    fresh = load_checkpoint(strategy, case, ctx, path, fresh)
     after_local = local_state(fresh.model, fresh.optim, fresh.scheduler)
     after_full = full_state(fresh.model, fresh.optim, fresh.scheduler, ctx, sharded=sharded)
     buffers = expected_buffers(case, ctx, before_local, after_local)

@@ -28,7 +28,7 @@ from conformance.check.roundtrip import (
     flat_sharded,
     fresh_state,
     limit_lines,
-    preload_hook,
+    load_checkpoint,
 )
 from conformance.check.sanity import sharding_problems
 from conformance.check.snapshot import Snapshot, count_elements
@@ -90,10 +90,7 @@ def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
             raise VacuousCheckError(
                 "the fresh model already equals the saved one: a load could not be told from no load"
             )
-    preload = preload_hook(strategy, path, ctx)
-    if preload is not None:  # the model checked above is set aside for one loaded before wrapping
-        fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, preload=preload)
-    strategy.load(fresh, path, ctx)
+    fresh = load_checkpoint(strategy, case, ctx, path, fresh)
     # The canonical state is rank 0's view: replicas (DDP, NO_SHARD, HSDP groups) that did not
     # all load the same values are caught by the sanity check, run again on the loaded model.
     problems = [f"after the load, {p}" for p in sharding_problems(case, ctx, fresh.model)]
