@@ -8,11 +8,11 @@ import importlib.util
 import pytest
 
 from conformance.adapters.accelerate import ACCELERATE_FSDP
-from conformance.adapters.lightning import FABRIC_FSDP, FABRIC_MODEL_PARALLEL
+from conformance.adapters.lightning import FABRIC_FSDP, FABRIC_MODEL_PARALLEL, TRAINER_FSDP
 from conformance.strategy.registry import entry_point_strategies
 from tests.test_plugin import outcomes, run_cases
 
-ADAPTERS = {s.name: s for s in (ACCELERATE_FSDP, FABRIC_FSDP, FABRIC_MODEL_PARALLEL)}
+ADAPTERS = {s.name: s for s in (ACCELERATE_FSDP, FABRIC_FSDP, FABRIC_MODEL_PARALLEL, TRAINER_FSDP)}
 
 
 def test_every_adapter_is_an_entry_point() -> None:
@@ -35,9 +35,9 @@ def test_without_the_framework_every_cell_is_a_skip_naming_it() -> None:
     reason="lightning and accelerate are not installed (pip install -e '.[adapters]')",
 )
 def test_adapters_give_real_outcomes(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """torch 2.13 CPU, what the adapters' own save and load code does: Fabric's sharded FSDP1
-    and FSDP2 round-trip; Fabric's full FSDP1 (offload_to_cpu=True, always) crashes as FSDP1
-    does; Accelerate ignores its FSDP plugin on CPU and wraps the model in DDP, which the
+    """torch 2.13 CPU, what the adapters' own save and load code does: Fabric's and the
+    Trainer's sharded FSDP1 and Fabric's FSDP2 round-trip; their full FSDP1 (offload_to_cpu=True,
+    always) crashes as FSDP1 does; Accelerate ignores its FSDP plugin on CPU and wraps the model in DDP, which the
     sharding sanity check fails."""
     strategies = [arg for name in ADAPTERS for arg in ("--strategy", name)]
     code, results, log = run_cases(
@@ -48,6 +48,8 @@ def test_adapters_give_real_outcomes(tmp_path) -> None:  # type: ignore[no-untyp
     assert got["lightning_fabric_fsdp-fsdp1_full_shard+orig-sharded-fabric-adamw-mlp-w2"] == "pass"
     assert got["lightning_fabric_model_parallel-fsdp2-sharded-fabric-adamw-mlp-w2"] == "pass"
     assert got["lightning_fabric_fsdp-fsdp1_full_shard+orig-full-fabric-adamw-mlp-w2"] == "crash"
+    assert got["lightning_fsdp-fsdp1_full_shard+orig-sharded-trainer-adamw-mlp-w2"] == "pass"
+    assert got["lightning_fsdp-fsdp1_full_shard+orig-full-trainer-adamw-mlp-w2"] == "crash"  # offload_to_cpu
     cell = next(
         c for c in results["cells"] if c["id"] == "accelerate_fsdp-fsdp2-sharded-accelerate-adamw-mlp-w2"
     )

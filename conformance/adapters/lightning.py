@@ -184,3 +184,113 @@ FABRIC_MODEL_PARALLEL = RegisteredStrategy(
     requires=("lightning",),
     description="lightning.fabric.strategies.ModelParallelStrategy (FSDP2 + DCP) save / load_checkpoint",
 )
+
+
+def as_lightning_module(model: nn.Module) -> nn.Module:
+    """The model as a LightningModule with the same submodules, parameter names and forward,
+    the way a user's model is one: a subclass of the model's class and LightningModule, its
+    Lightning attributes from LightningModule.__init__, everything else the model's own."""
+    from lightning.pytorch import LightningModule
+
+    cls = type(model)
+    lightning_cls = type(f"Lightning{cls.__name__}", (LightningModule, cls), {"forward": cls.forward})
+    module = lightning_cls.__new__(lightning_cls)
+    LightningModule.__init__(module)
+    module.__dict__.update(model.__dict__)  # the model's modules, parameters, buffers, attributes
+    return module
+
+
+class FittingTrainer:
+    """What the strategy's checkpoint code reads of the Trainer: `trainer.state.fn`, FITTING
+    as during `trainer.fit` (a Trainer itself refuses FSDP on CPU)."""
+
+    def __init__(self) -> None:
+        from lightning.pytorch.trainer.states import TrainerFn, TrainerState
+
+        self.state = TrainerState(fn=TrainerFn.FITTING)
+
+
+@dataclass
+class TrainerFsdp:
+    """Lightning PyTorch's FSDPStrategy driven as the Trainer drives it. Setup as in
+    `FSDPStrategy.setup`: `connect` the LightningModule, `setup_environment`, the precision
+    plugin's `convert_module`, `_setup_model` (on CPU the model comes pre-wrapped as for
+    Fabric: Lightning keeps a model it finds wrapped). The harness's optimizer stands for what
+    `configure_optimizers` returns (`strategy.optimizers`). Save as `Trainer.save_checkpoint`:
+    `dump_checkpoint`'s state_dict (`lightning_module_state_dict`), optimizer_states
+    (`optimizer_state`) and lr_schedulers, then `strategy.save_checkpoint`. Load as the
+    checkpoint connector restores: `load_checkpoint`, `load_model_state_dict`,
+    `load_optimizer_state_dict`, then each scheduler's `load_state_dict`."""
+
+    case: Case
+    strategies: dict[int, Any] = field(default_factory=dict, init=False)  # id(wrapped) -> its strategy
+
+    def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
+        from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        strategy = FSDPStrategy(
+            accelerator=CUDAAccelerator() if ctx.device.type == "cuda" else CPUAccelerator(),
+            cluster_environment=existing_group_environment(),
+            parallel_devices=[ctx.device] * ctx.world_size,
+            process_group_backend=ctx.backend,
+            state_dict_type=self.case.kind,
+            sharding_strategy=self.case.sharding.upper(),
+        )
+        module = as_lightning_module(model.to(ctx.device))
+        module.trainer = FittingTrainer()
+        strategy.connect(module)
+        strategy.setup_environment()
+        strategy.model = strategy.precision_plugin.convert_module(strategy.model)
+        if ctx.device.type == "cpu":
+            from conformance.strategy.wrappers import Fsdp1Wrapper
+
+            strategy.model = Fsdp1Wrapper(self.case.sharding, use_orig_params=True).wrap(strategy.model, ctx)
+        strategy.model = strategy._setup_model(strategy.model)
+        strategy.barrier()
+        self.strategies[id(strategy.model)] = strategy
+        return strategy.model
+
+    def _strategy(self, state: TrainState) -> Any:
+        strategy = self.strategies[id(state.model)]
+        strategy.optimizers = [state.optim]
+        return strategy
+
+    def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        import lightning.pytorch as pl
+
+        strategy = self._strategy(state)
+        checkpoint = {
+            "epoch": 0,
+            "global_step": 0,
+            "pytorch-lightning_version": pl.__version__,
+            "state_dict": strategy.lightning_module_state_dict(),
+            "optimizer_states": [strategy.optimizer_state(o) for o in strategy.optimizers],
+            "lr_schedulers": [] if state.scheduler is None else [state.scheduler.state_dict()],
+        }
+        strategy.save_checkpoint(checkpoint, path)
+        strategy.barrier("Trainer.save_checkpoint")
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        strategy = self._strategy(state)
+        checkpoint = strategy.load_checkpoint(path)
+        strategy.load_model_state_dict(checkpoint, strict=strategy.lightning_module.strict_loading)
+        if strategy.lightning_restore_optimizer:
+            strategy.load_optimizer_state_dict(checkpoint)
+        schedulers = [] if state.scheduler is None else [state.scheduler]
+        for scheduler, scheduler_state in zip(schedulers, checkpoint["lr_schedulers"]):
+            scheduler.load_state_dict(scheduler_state)
+
+
+TRAINER_FSDP = RegisteredStrategy(
+    name="lightning_fsdp",
+    factory=TrainerFsdp,
+    supports=Supports(
+        wrappers=tuple(("fsdp1+orig", s) for s in FSDP1_SHARDINGS),  # use_orig_params=True by default
+        checks=("resume", "roundtrip", "reshard"),
+    ),
+    storage="trainer",
+    requires=("lightning",),
+    description="lightning.pytorch.strategies.FSDPStrategy as the Trainer drives it "
+    "(lightning_module_state_dict, optimizer_state, save_checkpoint, load_checkpoint)",
+)
