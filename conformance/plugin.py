@@ -16,15 +16,13 @@ from typing import Any
 import pytest
 import torch
 
-from conformance.baseline import Baseline, judge, known_failures, load_baseline, render_baseline
+from conformance.baseline import Baseline, judge, load_baseline, render_baseline
 from conformance.case import API_KINDS, Case, Transfer
 from conformance.check.roundtrip import StrategyFactory
 from conformance.matrix import CHECKS, PROFILES, run_cells
 from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.report.environment import environment
-from conformance.report.html import render_html
-from conformance.report.markdown import render_markdown
-from conformance.report.results import results_document, write_results
+from conformance.report.write import write_reports
 from conformance.runner import resolve_backend, run_case
 from conformance.strategy.builtin import STATE_APIS, builtin_strategy
 from conformance.strategy.registry import Registry, build_registry
@@ -275,10 +273,7 @@ class ResultCollector:
         if baseline is not None:
             env["baseline"] = {"path": baseline.path, "sha256": baseline.sha256, "profile": baseline.profile}
         self.out = self.report_dir(backend)
-        write_results(self.out / "results.json", results_document(env, results))
-        known = known_failures(results, baseline)
-        (self.out / "matrix.md").write_text(render_markdown(env, results, known))
-        (self.out / "matrix.html").write_text(render_html(env, results, known))
+        write_reports(self.out, env, results, baseline)
         if self.config.getoption("update_baseline"):
             header = (
                 f"Known outcomes: torch {env['torch']}, {env['backend']}, matrix {env['matrix']}.\n"

@@ -338,3 +338,24 @@ NEEDS_MISSING_FRAMEWORK = RegisteredStrategy(
     "absent", registered_control, _FSDP1_SHARDED, storage="dcp", requires=("no-such-framework-xyz",)
 )
 NOT_A_STRATEGY = object()
+
+
+class CrashesOnSave(Delegating):
+    """Rank 0 dies by SIGSEGV in save, as FSDP1's offload_to_cpu full state dict does."""
+
+    def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        if ctx.rank == 0:
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGSEGV)
+        self.base.save(state, path, ctx)
+
+
+def registered_crashes_with_adam(case: Case) -> Strategy:
+    """The control, except that its Adam cells crash in save."""
+    strategy = _builtin_for(case)
+    return CrashesOnSave(strategy) if case.optimizer == "adam" else strategy
+
+
+CRASHES_WITH_ADAM = RegisteredStrategy("crashes", registered_crashes_with_adam, _FSDP1_SHARDED, storage="dcp")

@@ -16,7 +16,12 @@ from conformance.outcome import Outcome
 from conformance.world import CellPool
 from conformance.world.rank import CellFn
 
-STATUS_OUTCOMES = {"error": Outcome.ERROR, "crash": Outcome.CRASH, "hang": Outcome.HANG}
+STATUS_OUTCOMES = {
+    "error": Outcome.ERROR,
+    "crash": Outcome.CRASH,
+    "hang": Outcome.HANG,
+    "skip": Outcome.SKIP,
+}
 
 
 class PhaseError(Exception):

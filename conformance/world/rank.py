@@ -93,6 +93,37 @@ def _destroy_subgroups() -> None:
                 dist.destroy_process_group(pg)
 
 
+def execute_cell(fn: CellFn, arg: Any, ctx: Any) -> RankReply:
+    """Run one cell function on this rank, then reset what a cell may have changed. When it
+    raises, the default group is torn down at once: a peer blocked in a collective with this
+    rank then fails instead of waiting for the timeout (the traceback's frames hold the cell's
+    models, which hold the group: they are freed first, or its sockets stay open). Whoever
+    runs the next cell must give every rank a fresh default group first."""
+    import torch.distributed as dist
+
+    reset_globals(ctx.seed)
+    cwd = os.getcwd()
+    try:
+        value = fn(ctx, arg)
+        reply = RankReply(ctx.rank, True, value, "", "", time.monotonic())
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        reply = RankReply(ctx.rank, False, None, traceback.format_exc(), type(exc).__name__, time.monotonic())
+        traceback.clear_frames(exc.__traceback__)
+        del exc
+        gc.collect()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    finally:
+        os.chdir(cwd)
+        _destroy_subgroups()
+        _clear_dtensor_caches()
+        gc.collect()
+        gc.freeze()  # survivors (modules a cell imported, caches) are not the next cell's garbage
+    return reply
+
+
 def _init_default_group(
     store: Any, generation: int, rank: int, size: int, backend: str, timeout_s: float
 ) -> None:
@@ -164,30 +195,9 @@ def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg
         if msg.fresh_group:
             generation += 1
             _init_default_group(store, generation, rank, size, backend, pg_timeout_s)
-        reset_globals(msg.seed)
         ctx = RankContext(rank, size, backend, device, Path(msg.cell_dir), msg.seed)
-        cwd = os.getcwd()
         print(f"--- cell in {msg.cell_dir}", flush=True)
-        try:
-            value = msg.fn(ctx, msg.arg)
-            reply = RankReply(rank, True, value, "", "", time.monotonic())
-        except BaseException as exc:
-            reply = RankReply(rank, False, None, traceback.format_exc(), type(exc).__name__, time.monotonic())
-            # Tear the default group down now: a peer blocked in a collective with this rank
-            # then fails at once instead of waiting for the timeout. The traceback's frames
-            # hold the cell's models, which hold the group: free them first, or its sockets
-            # stay open. The parent asks every rank for a fresh group before the next cell.
-            traceback.clear_frames(exc.__traceback__)
-            del exc
-            gc.collect()
-            if dist.is_initialized():
-                dist.destroy_process_group()
-        finally:
-            os.chdir(cwd)
-            _destroy_subgroups()
-            _clear_dtensor_caches()
-            gc.collect()
-            gc.freeze()  # survivors (modules a cell imported, caches) are not the next cell's garbage
+        reply = execute_cell(msg.fn, msg.arg, ctx)
         try:
             _reply(conn, reply)
         except Exception as exc:  # an unpicklable value is an error of the cell, not of the world

@@ -34,7 +34,8 @@ class WorldStartError(RuntimeError):
 
 @dataclass(frozen=True)
 class CellRun:
-    """How a cell ended in the world. status: ok | error | crash | hang."""
+    """How a cell ended in the world. status: ok | error | crash | hang, or skip when the pool
+    cannot be that world (a torchrun launch of another size)."""
 
     status: str
     values: list[Any] = field(default_factory=list)  # one per rank, when ok

@@ -1,0 +1,23 @@
+"""Write a run's reports in one place: results.json, matrix.md and matrix.html, as the pytest
+plugin and the torchrun launch both do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conformance.baseline import Baseline, known_failures
+from conformance.outcome import CellResult
+from conformance.report.html import render_html
+from conformance.report.markdown import render_markdown
+from conformance.report.results import results_document, write_results
+
+
+def write_reports(
+    out: Path, env: dict[str, Any], results: list[CellResult], baseline: Baseline | None = None
+) -> None:
+    results = sorted(results, key=lambda r: r.id)
+    write_results(out / "results.json", results_document(env, results))
+    known = known_failures(results, baseline)
+    (out / "matrix.md").write_text(render_markdown(env, results, known))
+    (out / "matrix.html").write_text(render_html(env, results, known))
