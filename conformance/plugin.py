@@ -7,6 +7,7 @@ types only) and are written once, by the controller, at the end of the session.
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from collections.abc import Callable, Iterator
@@ -27,9 +28,12 @@ from conformance.runner import resolve_backend, run_case
 from conformance.strategy.builtin import STATE_APIS, builtin_strategy
 from conformance.strategy.registry import Registry, build_registry
 from conformance.world import WorldPool
+from conformance.world.devices import visible_gpus, worker_gpus, xdist_worker
 
 PROPERTY = "conformance_cell"
 BASELINE_KEY = pytest.StashKey[Baseline | None]()
+BACKEND_KEY = pytest.StashKey[str]()
+WORLDS_KEY = pytest.StashKey[int]()  # worlds this process started
 REGISTRY_KEY = pytest.StashKey[Registry]()
 KIND_MARKERS = sorted(set(API_KINDS.values()))
 WRAPPER_MARKERS = sorted(STATE_APIS)  # the wrapper families
@@ -101,6 +105,18 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{check}: cells of the {check} check")
     if config.getoption("case_timeout") <= 0:
         raise pytest.UsageError("--case-timeout must be a positive number of seconds")
+    # The backend from every GPU of the machine, then this xdist worker's share of them: every
+    # worker runs the same backend, and its worlds see only its own GPUs.
+    config.stash[BACKEND_KEY] = resolve_backend(config.getoption("backend"))
+    given = config.invocation_params.args
+    chosen = any(str(a).startswith("--dist") or str(a) == "-d" for a in given)
+    if getattr(config.option, "dist", "no") == "load" and not chosen:
+        config.option.dist = "loadgroup"  # -n N alone: keep each world-size group on one worker
+    if hasattr(config, "workerinput"):
+        gpus = visible_gpus()
+        if gpus:
+            mine = worker_gpus(gpus, *xdist_worker(config.workerinput))
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(mine) if mine else "-1"
     try:
         config.stash[REGISTRY_KEY] = build_registry(config.getoption("strategy"))
     except (ValueError, TypeError) as exc:
@@ -141,11 +157,42 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def world_pool(pytestconfig: pytest.Config) -> Iterator[WorldPool]:
     with WorldPool(start_timeout_s=pytestconfig.getoption("world_start_timeout")) as pool:
         yield pool
+        pytestconfig.stash[WORLDS_KEY] = pool.started
+
+
+WORKER_GROUP_CELLS = 48  # cells of one world-size group an xdist worker takes at a time
+
+
+def world_group(cell: Case | Transfer) -> str:
+    """The worlds a cell needs, as a word: w2, or w1+w2 for a reshard between 1 and 2 ranks."""
+    if isinstance(cell, Transfer):
+        return "+".join(f"w{n}" for n in sorted({cell.save.world_size, cell.load.world_size}))
+    return f"w{cell.world_size}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group the cells by the worlds they need, in runs of WORKER_GROUP_CELLS: under
+    `--dist loadgroup` (the default with -n here) each run goes to one xdist worker, so a
+    worker starts the worlds of the groups it gets rather than every world of the matrix."""
+    counts: dict[str, int] = {}
+    for item in items:
+        cell = _cell_of(item)
+        if cell is None:
+            continue
+        group = world_group(cell)
+        index = counts.get(group, 0)
+        counts[group] = index + 1
+        item.add_marker(pytest.mark.xdist_group(f"{group}-{index // WORKER_GROUP_CELLS}"))
+
+
+def _cell_of(item: pytest.Item) -> Case | Transfer | None:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return next((params[f] for f in CELL_FIXTURES if f in params), None)
 
 
 @pytest.fixture(scope="session")
 def conformance_backend(pytestconfig: pytest.Config) -> str:
-    return resolve_backend(pytestconfig.getoption("backend"))
+    return pytestconfig.stash[BACKEND_KEY]
 
 
 @pytest.fixture
@@ -214,6 +261,12 @@ class ResultCollector:
         self.results: list[CellResult] = []
         self.out: Path | None = None
         self.gate_lines: list[str] = []  # what the gate says at the end: disappeared, unmatched
+        self.worlds: dict[str, int] = {}  # process (xdist worker id, or "main") -> worlds it started
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """An xdist worker finished: how many worlds it started."""
+        self.worlds[node.gateway.id] = int(node.workeroutput.get("conformance_worlds", 0))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
@@ -253,9 +306,13 @@ class ResultCollector:
             )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        started = self.config.stash.get(WORLDS_KEY, 0)
         if hasattr(self.config, "workerinput"):
+            self.config.workeroutput["conformance_worlds"] = started  # type: ignore[attr-defined]
             return  # an xdist worker: the controller writes
-        backend = resolve_backend(self.config.getoption("backend"))
+        if started:
+            self.worlds["main"] = started
+        backend = self.config.stash[BACKEND_KEY]
         baseline = self.config.stash[BASELINE_KEY]
         if baseline is not None:
             self._check_entries(session, baseline, backend)
@@ -294,5 +351,8 @@ class ResultCollector:
         terminalreporter.section("conformance")
         summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
         terminalreporter.write_line(f"{len(self.results)} cells: {summary}")
+        if self.worlds:
+            started = ", ".join(f"{name} {n}" for name, n in sorted(self.worlds.items()))
+            terminalreporter.write_line(f"worlds started: {started}")
         terminalreporter.write_line(f"results: {self.out / 'results.json'}")
         terminalreporter.write_line(f"matrix:  {self.out / 'matrix.md'} and matrix.html")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 import zlib
@@ -17,6 +18,7 @@ from conformance.outcome import CellResult, Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.registry import RegisteredStrategy
 from conformance.world import CellPool, CellRun
+from conformance.world.devices import visible_gpus
 
 Cell = Case | Transfer
 
@@ -41,9 +43,11 @@ def environment_skip(case: Case, backend: str) -> str | None:
     if backend == "gloo" and case.api in GPU_ONLY_APIS:
         return f"needs a GPU (nccl): {GPU_ONLY_APIS[case.api]}"
     if backend == "nccl":
-        visible = torch.cuda.device_count()
+        visible = len(visible_gpus())
         if visible < case.world_size:
-            return f"needs {case.world_size} GPUs for nccl, {visible} visible"
+            where = os.environ.get("PYTEST_XDIST_WORKER")
+            share = f" to xdist worker {where} (the GPUs are split between the workers)" if where else ""
+            return f"needs {case.world_size} GPUs for nccl, {visible} visible{share}"
     return None
 
 

@@ -37,11 +37,13 @@ class WorldPool:
         self.root = Path(tempfile.mkdtemp(prefix="conformance-worlds-", dir=root))
         self.start_timeout_s = start_timeout_s
         self._worlds: dict[tuple[str, int, str], World] = {}
+        self.started = 0  # worlds started, restarts after a crash included
 
     def world(self, backend: str, size: int, slot: str = "") -> World:
         key = (backend, size, slot)
         world = self._worlds.get(key)
         if world is None or not world.alive:
+            self.started += 1
             world = World(backend, size, self.root, start_timeout_s=self.start_timeout_s).start()
             self._worlds[key] = world
         return world
