@@ -22,6 +22,7 @@ from conformance.case import API_KINDS, Case, Transfer
 from conformance.check.roundtrip import StrategyFactory
 from conformance.matrix import CHECKS, PROFILES, run_cells
 from conformance.outcome import FAILING, CellResult, Outcome
+from conformance.property import Property, properties, run_property
 from conformance.report.environment import environment
 from conformance.report.write import write_reports
 from conformance.runner import resolve_backend, run_case
@@ -82,11 +83,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-HYPOTHESIS_PROFILES = {
-    "ci": {"derandomize": True, "max_examples": 10},
-    "dev": {"max_examples": 50},
-    "thorough": {"max_examples": 500},
+# Properties' hypothesis profiles (--hypothesis-profile; ci when none is given, so that a
+# matrix run and its published results are the same every time). ci: derandomized, no example
+# database (a replayed failure from an earlier run would change what CI sees); dev and
+# thorough: random, with the database in .hypothesis/ of the working directory, as hypothesis
+# keeps it, so a failure found once is tried first the next time.
+HYPOTHESIS_PROFILES: dict[str, dict[str, Any]] = {
+    "ci": {"derandomize": True, "max_examples": 10, "database": None},
+    "dev": {"max_examples": 25},
+    "thorough": {"max_examples": 100},
 }
+DEFAULT_HYPOTHESIS_PROFILE = "ci"
 
 
 @pytest.hookimpl(tryfirst=True)  # before hypothesis's own plugin reads --hypothesis-profile
@@ -94,15 +101,18 @@ def pytest_configure(config: pytest.Config) -> None:
     from hypothesis import settings
 
     for name, kwargs in HYPOTHESIS_PROFILES.items():
-        settings.register_profile(name, deadline=None, print_blob=True, **kwargs)  # type: ignore[arg-type]
+        settings.register_profile(name, deadline=None, print_blob=True, **kwargs)
     if not config.getoption("hypothesis_profile", None):
-        settings.load_profile("dev")
+        settings.load_profile(DEFAULT_HYPOTHESIS_PROFILE)
     for kind in KIND_MARKERS:
         config.addinivalue_line("markers", f"{kind}: cells whose checkpoint holds {kind} state dicts")
     for wrapper in WRAPPER_MARKERS:
         config.addinivalue_line("markers", f"{wrapper}: cells that wrap the model with {wrapper}")
     for check in CHECKS:
         config.addinivalue_line("markers", f"{check}: cells of the {check} check")
+    config.addinivalue_line(
+        "markers", "property: hypothesis-generated models and schedules (cases/test_property.py)"
+    )
     if config.getoption("case_timeout") <= 0:
         raise pytest.UsageError("--case-timeout must be a positive number of seconds")
     # The backend from every GPU of the machine, then this xdist worker's share of them: every
@@ -151,6 +161,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             )
         ]
         metafunc.parametrize(fixture, params)
+    if "property_case" in metafunc.fixturenames:
+        registry = metafunc.config.stash[REGISTRY_KEY]
+        props = properties(metafunc.config.getoption("matrix")) if registry.builtin else []
+        metafunc.parametrize(
+            "property_case",
+            [
+                pytest.param(
+                    p,
+                    id=p.id,
+                    marks=[
+                        pytest.mark.property,
+                        getattr(pytest.mark, p.base.kind),
+                        getattr(pytest.mark, p.base.family),
+                    ],
+                )
+                for p in props
+            ],
+        )
 
 
 @pytest.fixture(scope="session")
@@ -218,6 +246,27 @@ def conformance_cell(
     return run
 
 
+@pytest.fixture
+def conformance_property(
+    request: pytest.FixtureRequest, world_pool: WorldPool, conformance_backend: str
+) -> Callable[[Property], CellResult]:
+    """Run a property (its examples as cells in the warm worlds), record its one result (the
+    shrunk minimal failing configuration, or how many examples passed), and turn its outcome
+    into pytest's, as for a cell."""
+    timeout_s = request.config.getoption("case_timeout")
+
+    def run(prop: Property) -> CellResult:
+        def cell(example: Case | Transfer) -> CellResult:
+            return run_case(world_pool, example, backend=conformance_backend, timeout_s=timeout_s)
+
+        result = run_property(prop, cell, conformance_backend)
+        request.node.user_properties.append((PROPERTY, result.to_json()))
+        _to_pytest(result, request.config.stash[BASELINE_KEY], conformance_backend)
+        return result
+
+    return run
+
+
 def _to_pytest(result: CellResult, baseline: Baseline | None, backend: str) -> None:
     """The cell's outcome as pytest's. With a baseline, the gate decides (baseline.judge):
     known failures are xfails, regressions and new failures fail, stale entries warn."""
@@ -240,7 +289,7 @@ def _hypothesis_settings(config: pytest.Config) -> dict[str, Any]:
 
     current = settings()
     return {
-        "profile": config.getoption("hypothesis_profile", None) or "dev",
+        "profile": config.getoption("hypothesis_profile", None) or DEFAULT_HYPOTHESIS_PROFILE,
         "seed": config.getoption("hypothesis_seed", None),
         "derandomize": current.derandomize,
         "max_examples": current.max_examples,

@@ -27,19 +27,42 @@ from conformance.strategy.registry import Registry, build_registry
 
 def find_cell(cell_id: str, registry: Registry | None = None) -> Case | Transfer:
     """The cell with this id, from any profile and check, of the built-in matrix or of a
-    registered strategy."""
+    registered strategy; or a generated cell of a property (a profile cell's id with a
+    generated optimizer schedule and model, conformance.generated)."""
     from conformance.matrix import CHECKS, PROFILES, run_cells
 
     registry = registry or Registry()
-    for profile in PROFILES:
-        for check in CHECKS:
-            for cell in run_cells(registry, profile, check):
-                if cell.id == cell_id:
-                    return cell
-    raise SystemExit(
-        f"no cell {cell_id!r} in any profile (ids are in results.json and the reports; a registered "
-        "strategy's cell needs the --strategy it ran with)"
-    )
+    every = {
+        cell.id: cell
+        for profile in PROFILES
+        for check in CHECKS
+        for cell in run_cells(registry, profile, check)
+    }
+    cell = every.get(cell_id) or _generated(cell_id, every)
+    if cell is None:
+        raise SystemExit(
+            f"no cell {cell_id!r} in any profile (ids are in results.json and the reports; a registered "
+            "strategy's cell needs the --strategy it ran with)"
+        )
+    return cell
+
+
+def _generated(cell_id: str, every: dict[str, Case | Transfer]) -> Case | Transfer | None:
+    """A property example's cell: its profile cell (the same id with a fixed optimizer and the
+    mlp), with the generated optimizer schedule and model of the id."""
+    from conformance.generated import MODEL_PREFIX
+    from conformance.property import Property
+    from conformance.training import OPTIMIZERS
+
+    tokens = cell_id.split("-")
+    at = next((i for i, t in enumerate(tokens) if t.startswith(MODEL_PREFIX)), 0)
+    if at < 2:
+        return None
+    for optimizer in sorted(OPTIMIZERS):
+        base = every.get("-".join([*tokens[: at - 1], optimizer, "mlp", *tokens[at + 1 :]]))
+        if base is not None:
+            return Property(base).instantiate(tokens[at], tokens[at - 1])
+    return None
 
 
 def repro_command(cell_id: str, check: str, world_size: int, strategy: str = "") -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from conformance.generated import MODEL_PREFIX, ScheduleSpec, generated_model, is_generated_optimizer
 from conformance.world import RankContext
 
 TRAIN_STEPS = 3
@@ -179,13 +180,20 @@ MODELS: dict[str, type[nn.Module]] = {
 }
 
 
+def model_class(name: str) -> type[nn.Module]:
+    """A fixed model's class, or a generated one's (conformance.generated: gen_...)."""
+    if name.startswith(MODEL_PREFIX):
+        return generated_model(name)
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS)} and gen_...") from None
+
+
 def build_model(name: str, seed: int, rank: int = 0, world_size: int = 1) -> nn.Module:
     """The same weights on every rank for the same seed (FSDP needs identical inits); an
     expert-parallel model holds the expert of its rank."""
-    try:
-        cls = MODELS[name]
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS)}") from None
+    cls = model_class(name)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if getattr(cls, "expert_parallel", False):
@@ -231,13 +239,25 @@ def has_idle_parameters(model: nn.Module) -> bool:
     return any(getattr(m, "optimize_frozen", False) for m in model.modules())
 
 
+def optimizer_spec(name: str) -> OptimizerSpec:
+    """A fixed optimizer axis value, or a generated schedule's (adamw_lr0.03_s2, ...)."""
+    if name in OPTIMIZERS:
+        return OPTIMIZERS[name]
+    if is_generated_optimizer(name):
+        schedule = ScheduleSpec.parse(name)
+        return OptimizerSpec(schedule.make, scheduler=schedule.scheduler)
+    raise ValueError(f"unknown optimizer {name!r}; known: {sorted(OPTIMIZERS)} and generated ones")
+
+
+def train_steps(optimizer: str) -> int:
+    """Steps before the save: TRAIN_STEPS, or a generated schedule's own."""
+    return ScheduleSpec.parse(optimizer).steps if is_generated_optimizer(optimizer) else TRAIN_STEPS
+
+
 def build_optimizer(
     name: str, model: nn.Module
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler | None]:
-    try:
-        spec = OPTIMIZERS[name]
-    except KeyError:
-        raise ValueError(f"unknown optimizer {name!r}; known: {sorted(OPTIMIZERS)}") from None
+    spec = optimizer_spec(name)
     frozen_too = has_idle_parameters(model)
     params = [p for p in model.parameters() if p.requires_grad or frozen_too]
     if spec.groups:  # matrices decay, vectors (biases, norms) do not and learn faster
@@ -264,7 +284,7 @@ def train(
     """A few steps on per-rank batches; returns the per-step losses. The batch of a step
     depends on (cell seed, rank, step) only: a resumed run from `start_step` sees the same
     data as the run it resumes."""
-    cls = MODELS[model_name]
+    cls = model_class(model_name)
     losses = []
     for step in range(start_step, start_step + steps):
         gen = torch.Generator().manual_seed(ctx.seed * 1_000_003 + ctx.rank * 1009 + step)

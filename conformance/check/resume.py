@@ -29,7 +29,7 @@ from conformance.check.roundtrip import (
 from conformance.check.snapshot import count_elements, full_state, local_state
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
-from conformance.training import TRAIN_STEPS, train
+from conformance.training import TRAIN_STEPS, train, train_steps
 from conformance.world import RankContext
 
 
@@ -42,7 +42,8 @@ class ResumeSpec:
 
 
 def _finish(state: Any, case: Case, ctx: RankContext) -> dict[str, Any]:
-    losses = train(state.model, state.optim, state.scheduler, ctx, case.model, start_step=TRAIN_STEPS)
+    start = train_steps(case.optimizer)
+    losses = train(state.model, state.optim, state.scheduler, ctx, case.model, start_step=start)
     sharded = flat_sharded(case, ctx.world_size)
     return {
         "losses": losses,
@@ -54,7 +55,14 @@ def _finish(state: Any, case: Case, ctx: RankContext) -> dict[str, Any]:
 def run_a(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
     strategy = spec.strategy_factory(spec.case)
     state = fresh_state(strategy, spec.case, ctx, seed=ctx.seed)
-    train(state.model, state.optim, state.scheduler, ctx, spec.case.model)
+    train(
+        state.model,
+        state.optim,
+        state.scheduler,
+        ctx,
+        spec.case.model,
+        steps=train_steps(spec.case.optimizer),
+    )
     if not state.optim.state:
         raise VacuousCheckError("the optimizer holds no state after training: nothing to resume")
     strategy.save(state, Path(spec.directory), ctx)
@@ -74,7 +82,7 @@ def run_b(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
     got = _finish(state, case, ctx)
     want = spec.reference[ctx.rank]
     losses = []  # the trajectory first: it is what a user sees diverge
-    for step, (a, b) in enumerate(zip(want["losses"], got["losses"]), start=TRAIN_STEPS):
+    for step, (a, b) in enumerate(zip(want["losses"], got["losses"]), start=train_steps(case.optimizer)):
         if _bits(a) != _bits(b):
             losses.append(f"rank {ctx.rank} step {step}: loss {b!r} after the resume, {a!r} without it")
             break

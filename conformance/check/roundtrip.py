@@ -28,7 +28,7 @@ from conformance.check.sanity import sharding_problems
 from conformance.check.snapshot import Snapshot, count_elements, full_state, local_state
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.protocol import Strategy, TrainState
-from conformance.training import build_model, build_optimizer, train
+from conformance.training import build_model, build_optimizer, train, train_steps
 from conformance.world import RankContext
 
 StrategyFactory = Callable[[Case], Strategy]
@@ -129,7 +129,7 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     strategy = spec.strategy_factory(case)
 
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
-    train(trained.model, trained.optim, trained.scheduler, ctx, case.model)
+    train(trained.model, trained.optim, trained.scheduler, ctx, case.model, steps=train_steps(case.optimizer))
     failures = sharding_problems(case, ctx, trained.model)
     before_local = local_state(trained.model, trained.optim, trained.scheduler)
     before_full = full_state(trained.model, trained.optim, trained.scheduler, ctx, sharded=sharded)

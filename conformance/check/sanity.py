@@ -29,18 +29,23 @@ def sharding_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[st
     pieces = [local_tensor(p) for p in model.parameters()]
     local, total = sum(p.numel() for p in pieces), total_elements(case.model)
     group = shard_group_size(case.sharding, ctx.world_size)
+    gathered: list[list[torch.Tensor]] = [[] for _ in range(ctx.world_size)]
+    dist.all_gather_object(gathered, pieces)
+    counts = [sum(p.numel() for p in rank_pieces) for rank_pieces in gathered]
     problems = []
-    if group > 1 and local >= total:
+    # Sharded: not every rank may hold the whole model. (One rank may: FSDP2 puts a parameter
+    # of first dimension 1 on rank 0 alone. A model of fewer elements than ranks cannot be
+    # told from a replica by counts: FSDP1 pads each rank's shard to one element.)
+    if group > 1 and total >= group and all(count >= total for count in counts):
         problems.append(
-            f"rank {ctx.rank} holds {local} of the model's {total} parameter elements: {case.sharding} over "
-            f"{group} ranks must hold fewer (silently replicated? the model is a {type(model).__name__})"
+            f"every rank holds all {total} of the model's parameter elements (rank {ctx.rank}: {local}): "
+            f"{case.sharding} over {group} ranks must spread them (silently replicated? the model is a "
+            f"{type(model).__name__})"
         )
     if group == 1 and local < total:
         problems.append(
             f"rank {ctx.rank} holds {local} of {total} parameter elements: a replica must hold all"
         )
-    gathered: list[list[torch.Tensor]] = [[] for _ in range(ctx.world_size)]
-    dist.all_gather_object(gathered, pieces)
     peer = ctx.rank % group  # the first rank holding the same part of the parameters
     if peer != ctx.rank:
         for i, (mine, theirs) in enumerate(zip(gathered[ctx.rank], gathered[peer])):

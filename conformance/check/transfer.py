@@ -34,7 +34,7 @@ from conformance.check.sanity import sharding_problems
 from conformance.check.snapshot import Snapshot, count_elements
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
-from conformance.training import build_model, train
+from conformance.training import build_model, train, train_steps
 from conformance.world import RankContext
 
 Verdict = tuple[Outcome, str]
@@ -71,7 +71,7 @@ def save_phase(ctx: RankContext, spec: SaveSpec) -> dict[str, Any]:
     case = spec.case
     strategy = spec.strategy_factory(case)
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
-    train(trained.model, trained.optim, trained.scheduler, ctx, case.model)
+    train(trained.model, trained.optim, trained.scheduler, ctx, case.model, steps=train_steps(case.optimizer))
     problems = sharding_problems(case, ctx, trained.model)
     expected = _canonical(trained, case, ctx)
     strategy.save(trained, Path(spec.directory), ctx)

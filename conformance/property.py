@@ -1,0 +1,242 @@
+"""Property cells: hypothesis generates the model and the optimizer schedule, every example
+runs as a cell in the warm worlds, and a failure shrinks to the smallest failing
+configuration, which becomes the property cell's result (detail and axes) in results.json.
+
+A property is a check (roundtrip, reshard, resume) over one strategy configuration of the
+profile, e.g. `property-roundtrip-fsdp2-dsd_sharded-dcp-w2`. Its examples replace the model
+and the optimizer axes of that configuration's cell with generated ones
+(conformance.generated): 1 to 4 Linear layers, each dimension 1 to 33 (primes and values
+below the world size included), bias on or off per layer, tied first and last layers, which
+layers are FSDP units of their own; SGD, Adam or AdamW with drawn hyperparameters, 1 to 4
+steps before the save, and an LR scheduler or not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.case import Case, Transfer
+from conformance.check.roundtrip import StrategyFactory
+from conformance.generated import ModelSpec, ScheduleSpec
+from conformance.outcome import FAILING, CellResult, Outcome
+from conformance.strategy.builtin import builtin_strategy
+
+Cell = Case | Transfer
+PROPERTY_CHECKS = ("reshard", "resume", "roundtrip")
+SMALL_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31)
+
+
+@dataclass(frozen=True)
+class Property:
+    """One property: a check over one configuration (its base cell from the profile, whose
+    model and optimizer the examples replace)."""
+
+    base: Cell
+
+    @property
+    def check(self) -> str:
+        return self.base.check
+
+    @property
+    def id(self) -> str:
+        """property-<check>-<config>-w<N>[-to-w<M>]: the base cell's id without its model
+        and optimizer."""
+        if isinstance(self.base, Transfer):
+            save = self.base.save
+            return f"property-reshard-{save.config}-w{save.world_size}-to-w{self.base.load.world_size}"
+        return f"property-{self.check}-{self.base.config}-w{self.base.world_size}"
+
+    def instantiate(self, model: str, optimizer: str) -> Cell:
+        def mine(case: Case) -> Case:
+            return dataclasses.replace(case, model=model, optimizer=optimizer)
+
+        if isinstance(self.base, Transfer):
+            return dataclasses.replace(self.base, save=mine(self.base.save), load=mine(self.base.load))
+        return mine(self.base)
+
+    def axes(self, backend: str) -> dict[str, Any]:
+        return {**self.base.axes(), "backend": backend, "check": f"property-{self.check}", "property": True}
+
+
+def _preference(cell: Cell) -> tuple[int, int, str]:
+    """Which cell of a group stands for it: DCP storage and the DSD API first."""
+    case = cell.save if isinstance(cell, Transfer) else cell
+    return (case.storage != "dcp", not case.api.startswith("dsd"), cell.id)
+
+
+def properties(profile: str) -> list[Property]:
+    """The profile's properties: a round trip for each wrapper and state-dict kind at 2 ranks;
+    resharding between 1 and 2 ranks, both ways, for each sharding family and kind; a
+    resume for each family and kind. Sorted by id (stable across runs and xdist workers)."""
+    from conformance.matrix import run_cells, transfer_unsupported_reason, unsupported_reason
+    from conformance.strategy.registry import Registry
+
+    groups: dict[tuple[Any, ...], list[Cell]] = {}
+    for check in PROPERTY_CHECKS:
+        for cell in run_cells(Registry(), profile, check):
+            if isinstance(cell, Transfer):
+                save = cell.save
+                if (
+                    save.family == "ddp"
+                    or transfer_unsupported_reason(cell)
+                    or {save.world_size, cell.load.world_size} != {1, 2}
+                ):
+                    continue
+                key: tuple[Any, ...] = (check, save.family, save.kind, save.world_size)
+            else:
+                if (
+                    cell.world_size != 2
+                    or cell.precision != "fp32"
+                    or cell.model != "mlp"
+                    or unsupported_reason(cell)
+                ):
+                    continue
+                key = (
+                    (check, cell.wrapper_token, cell.kind)
+                    if check == "roundtrip"
+                    else (check, cell.family, cell.kind)
+                )
+            groups.setdefault(key, []).append(cell)
+    chosen = [Property(min(cells, key=_preference)) for cells in groups.values()]
+    return sorted(chosen, key=lambda p: p.id)
+
+
+def model_specs(max_layers: int = 4, max_dim: int = 33) -> Any:
+    """Hypothesis strategy of ModelSpec; dimensions shrink towards 1 (below any world size)."""
+    from hypothesis import strategies as st
+
+    dim = st.one_of(st.integers(1, max_dim), st.sampled_from(SMALL_PRIMES))
+
+    @st.composite
+    def build(draw: Callable[..., Any]) -> ModelSpec:
+        layers = draw(st.integers(1, max_layers))
+        dims = [draw(dim) for _ in range(layers + 1)]
+        tied = layers >= 2 and draw(st.booleans())
+        if tied:
+            dims[-2], dims[-1] = dims[0], dims[1]
+            if layers == 2:
+                dims = [dims[0]] * 3
+        bias = tuple(draw(st.booleans()) for _ in range(layers))
+        wrapped = [draw(st.booleans()) for _ in range(layers)]
+        if tied:
+            wrapped[0] = wrapped[-1] = False
+        return ModelSpec(tuple(dims), bias, tuple(wrapped), tied)
+
+    return build()
+
+
+def schedules() -> Any:
+    """Hypothesis strategy of ScheduleSpec (hyperparameters from plain decimals)."""
+    from hypothesis import strategies as st
+
+    return st.builds(
+        ScheduleSpec,
+        kind=st.sampled_from(("sgd", "adam", "adamw")),
+        lr=st.sampled_from((0.01, 0.001, 0.03, 0.1)),
+        steps=st.integers(1, 4),
+        weight_decay=st.sampled_from((0.0, 0.01, 0.1)),
+        momentum=st.sampled_from((0.9, 0.5)),  # SGD without momentum holds no state to check
+        beta1=st.sampled_from((0.9, 0.8)),
+        scheduler=st.booleans(),
+    )
+
+
+class PropertyFailed(AssertionError):
+    """An example's cell did not pass; hypothesis shrinks on it."""
+
+
+@dataclass
+class PropertyRun:
+    """The examples of one property as they ran: (cell, result), in order. Hypothesis replays
+    the minimal failing example last."""
+
+    prop: Property
+    examples: list[tuple[Cell, CellResult]] = field(default_factory=list)
+    rejected: int = 0
+
+
+def run_property(
+    prop: Property,
+    run_cell: Callable[[Cell], CellResult],
+    backend: str,
+    *,
+    factory: StrategyFactory = builtin_strategy,
+    settings: Any = None,
+) -> CellResult:
+    """Run the property with the loaded hypothesis profile (or `settings`) and say how it
+    ended, as one CellResult: pass with how many examples ran, or the shrunk minimal failing
+    configuration with its cell id, repro command and detail."""
+    from hypothesis import HealthCheck, given, reject
+    from hypothesis import settings as hypothesis_settings
+    from hypothesis import strategies as st
+    from hypothesis.errors import Unsatisfiable
+
+    record = PropertyRun(prop)
+
+    def example(data: Any) -> None:
+        model = data.draw(model_specs(), label="model")
+        schedule = data.draw(schedules(), label="optimizer schedule")
+        cell = prop.instantiate(model.name, schedule.name)
+        result = run_cell(cell)
+        if result.outcome in (Outcome.SKIP, Outcome.UNSUPPORTED):
+            record.rejected += 1
+            reject()
+        record.examples.append((cell, result))
+        if result.outcome in FAILING:
+            raise PropertyFailed(f"{result.outcome.value}: {cell.id}\n{result.detail}")
+
+    example._hypothesis_internal_add_digest = prop.id.encode()  # type: ignore[attr-defined]
+    base = settings or hypothesis_settings()
+    test = hypothesis_settings(
+        base,
+        suppress_health_check=[
+            *base.suppress_health_check,
+            HealthCheck.too_slow,
+            HealthCheck.filter_too_much,
+        ],
+    )(given(st.data())(example))
+    axes = prop.axes(backend)
+    try:
+        test()
+    except Unsatisfiable as exc:
+        return CellResult(prop.id, axes, Outcome.ERROR, f"no generated example could run: {exc}", 0.0)
+    except PropertyFailed:
+        return _falsified(prop, record, axes)
+    duration = sum(r.duration_s for _, r in record.examples)
+    passed = [cell for cell, r in record.examples if r.outcome is Outcome.PASS]
+    if not passed:  # never a vacuous pass
+        return CellResult(prop.id, axes, Outcome.ERROR, "no example ran to a pass", duration)
+    models = sorted({(c.save if isinstance(c, Transfer) else c).model for c in passed})
+    detail = (
+        f"{len(passed)} generated configurations, each bitwise equal ({record.rejected} rejected as "
+        f"unsupported); e.g. {', '.join(models[:3])}"
+    )
+    return CellResult(prop.id, {**axes, "examples": len(passed)}, Outcome.PASS, detail, duration)
+
+
+def _falsified(prop: Property, record: PropertyRun, axes: dict[str, Any]) -> CellResult:
+    from conformance.repro import repro_command
+
+    failing = [(c, r) for c, r in record.examples if r.outcome in FAILING]
+    cell, result = failing[-1]  # the last failing example hypothesis ran: its shrunk minimum
+    case = cell.save if isinstance(cell, Transfer) else cell
+    size = case.world_size
+    detail = (
+        f"falsified: {len(failing)} of {len(record.examples)} examples failed; the minimal failing "
+        f"configuration (shrunk by hypothesis):\n"
+        f"  model: {case.model}\n  optimizer schedule: {case.optimizer}\n  cell: {cell.id}\n"
+        f"  repro: {repro_command(cell.id, cell.check, size)}\n"
+        f"{result.outcome.value}: {result.detail}"
+    )
+    out_axes = {
+        **axes,
+        "minimal_model": case.model,
+        "minimal_optimizer": case.optimizer,
+        "minimal_cell": cell.id,
+    }
+    return CellResult(
+        prop.id, out_axes, result.outcome, detail, sum(r.duration_s for _, r in record.examples)
+    )
