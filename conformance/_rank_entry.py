@@ -12,16 +12,19 @@ import signal
 import sys
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
+    """This process gets `sig` when its parent dies (Linux); it exits now when the parent
+    is already gone. Used by ranks (SIGKILL) and by xdist workers (SIGTERM: a worker whose
+    controller was killed ends, and its ranks with it)."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
     if os.getppid() != parent_pid:  # the parent died before the prctl above
         os._exit(1)
 
 
 if __name__ == "__main__":
-    _die_with_parent(int(sys.argv[1]))
+    die_with_parent(int(sys.argv[1]))
     from conformance.world.rank import main
 
     main(sys.argv[2:])

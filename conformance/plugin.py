@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from conformance._rank_entry import die_with_parent
 from conformance.baseline import Baseline, judge, load_baseline, render_baseline
 from conformance.case import API_KINDS, Case, Transfer
 from conformance.check.roundtrip import StrategyFactory
@@ -123,6 +125,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if getattr(config.option, "dist", "no") == "load" and not chosen:
         config.option.dist = "loadgroup"  # -n N alone: keep each world-size group on one worker
     if hasattr(config, "workerinput"):
+        die_with_parent(os.getppid(), signal.SIGTERM)  # a killed controller takes its workers along
         gpus = visible_gpus()
         if gpus:
             mine = worker_gpus(gpus, *xdist_worker(config.workerinput))

@@ -359,3 +359,21 @@ def registered_crashes_with_adam(case: Case) -> Strategy:
 
 
 CRASHES_WITH_ADAM = RegisteredStrategy("crashes", registered_crashes_with_adam, _FSDP1_SHARDED, storage="dcp")
+
+
+class LosesOddRows(Delegating):
+    """A shape-dependent bug, for the properties: after loading, every parameter whose first
+    dimension is odd and above 1 is zeroed (as a framework that mishandles uneven shards
+    might). No fixed model of the matrix has such a parameter... the generated ones do."""
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        import torch
+
+        self.base.load(state, path, ctx)
+        with torch.no_grad():
+            for param in state.model.parameters():
+                if param.dim() >= 1 and param.shape[0] > 1 and param.shape[0] % 2 == 1:
+                    param.zero_()
+
+
+loses_odd_rows = _factory(LosesOddRows, "loses_odd_rows")

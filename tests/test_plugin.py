@@ -123,21 +123,35 @@ def test_bad_options_are_usage_errors(tmp_path: Path, option: str) -> None:
     assert code in (2, 4), log
 
 
-def rank_pids_of(parent: int) -> list[int]:
-    out = subprocess.run(
-        ["pgrep", "-P", str(parent), "-f", "conformance._rank_entry"], capture_output=True, text=True
-    )
-    return [int(p) for p in out.stdout.split()]
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
+def rank_pids_of(ancestor: int) -> list[int]:
+    """Rank processes descending from `ancestor` (children of pytest, or of its xdist workers)."""
+    out = subprocess.run(["pgrep", "-f", "conformance._rank_entry"], capture_output=True, text=True)
+    ranks = []
+    for pid in (int(p) for p in out.stdout.split()):
+        walk = pid
+        while walk > 1 and walk != ancestor:
+            walk = _parent(walk)
+        if walk == ancestor:
+            ranks.append(pid)
+    return ranks
+
+
+@pytest.mark.parametrize("workers", ["-n0", "-n2"])
 @pytest.mark.parametrize("signal_name", ["SIGINT", "SIGKILL"])
-def test_interrupted_run_leaves_no_rank_behind(tmp_path: Path, signal_name: str) -> None:
+def test_interrupted_run_leaves_no_rank_behind(tmp_path: Path, signal_name: str, workers: str) -> None:
     import os
     import signal
     import time
 
     proc = subprocess.Popen(
-        [*PYTEST_CASES, "--matrix", "ci", "--report-dir", str(tmp_path / "run")],
+        [*PYTEST_CASES, "--matrix", "ci", workers, "--report-dir", str(tmp_path / "run")],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -149,11 +163,13 @@ def test_interrupted_run_leaves_no_rank_behind(tmp_path: Path, signal_name: str)
         time.sleep(0.5)
         ranks = rank_pids_of(proc.pid)
     assert ranks, "no world started"
+    time.sleep(1)
+    ranks = rank_pids_of(proc.pid)
     os.kill(proc.pid, getattr(signal, signal_name))
     proc.wait(60)
-    time.sleep(2)
+    time.sleep(3)
     left = [pid for pid in ranks if alive(pid)]
-    assert left == [], f"rank processes left after {signal_name}: {left}"
+    assert left == [], f"rank processes left after {signal_name} ({workers}): {left}"
 
 
 def test_every_cell_is_marked_with_registered_markers(tmp_path: Path) -> None:
