@@ -43,12 +43,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--matrix", default="default")
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS), help="default: all")
+    parser.add_argument("--keep", type=Path, help="keep each variant's reports in KEEP/<variant>")
     args = parser.parse_args()
     reference: dict[str, str] | None = None
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        where = args.keep or Path(tmp)
         for name in args.variant or list(VARIANTS):
-            wall, outcomes, worlds = run(args.matrix, VARIANTS[name], Path(tmp) / name.replace(" ", "_"))
+            wall, outcomes, worlds = run(
+                args.matrix, VARIANTS[name], where / name.replace(" ", "_").replace("--", "")
+            )
             reference = reference if reference is not None else outcomes
             same = (
                 "yes"

@@ -85,13 +85,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+CI_PHASES = ("explicit", "reuse", "generate")
 # Properties' hypothesis profiles (--hypothesis-profile; ci when none is given, so that a
 # matrix run and its published results are the same every time). ci: derandomized, no example
 # database (a replayed failure from an earlier run would change what CI sees); dev and
 # thorough: random, with the database in .hypothesis/ of the working directory, as hypothesis
 # keeps it, so a failure found once is tried first the next time.
 HYPOTHESIS_PROFILES: dict[str, dict[str, Any]] = {
-    "ci": {"derandomize": True, "max_examples": 10, "database": None},
+    # no shrinking in ci: a failing property would run a hundred more cells, and a crashing
+    # one restart a world for each (minutes per property); dev and thorough shrink
+    "ci": {"derandomize": True, "max_examples": 10, "database": None, "phases": CI_PHASES},
     "dev": {"max_examples": 25},
     "thorough": {"max_examples": 100},
 }
@@ -100,9 +103,11 @@ DEFAULT_HYPOTHESIS_PROFILE = "ci"
 
 @pytest.hookimpl(tryfirst=True)  # before hypothesis's own plugin reads --hypothesis-profile
 def pytest_configure(config: pytest.Config) -> None:
-    from hypothesis import settings
+    from hypothesis import Phase, settings
 
     for name, kwargs in HYPOTHESIS_PROFILES.items():
+        if "phases" in kwargs:
+            kwargs = {**kwargs, "phases": [Phase[p] for p in kwargs["phases"]]}
         settings.register_profile(name, deadline=None, print_blob=True, **kwargs)
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile(DEFAULT_HYPOTHESIS_PROFILE)

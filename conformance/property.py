@@ -204,7 +204,10 @@ def run_property(
     except Unsatisfiable as exc:
         return CellResult(prop.id, axes, Outcome.ERROR, f"no generated example could run: {exc}", 0.0)
     except PropertyFailed:
-        return _falsified(prop, record, axes)
+        from hypothesis import Phase
+
+        shrunk = Phase.shrink in base.phases
+        return _falsified(prop, record, {**axes, "shrunk": shrunk}, shrunk)
     duration = sum(r.duration_s for _, r in record.examples)
     passed = [cell for cell, r in record.examples if r.outcome is Outcome.PASS]
     if not passed:  # never a vacuous pass
@@ -217,16 +220,21 @@ def run_property(
     return CellResult(prop.id, {**axes, "examples": len(passed)}, Outcome.PASS, detail, duration)
 
 
-def _falsified(prop: Property, record: PropertyRun, axes: dict[str, Any]) -> CellResult:
+def _falsified(prop: Property, record: PropertyRun, axes: dict[str, Any], shrunk: bool) -> CellResult:
     from conformance.repro import repro_command
 
     failing = [(c, r) for c, r in record.examples if r.outcome in FAILING]
     cell, result = failing[-1]  # the last failing example hypothesis ran: its shrunk minimum
     case = cell.save if isinstance(cell, Transfer) else cell
     size = case.world_size
+    which = (
+        "the minimal failing configuration (shrunk by hypothesis)"
+        if shrunk
+        else "the first failing configuration (not shrunk: this hypothesis profile has no shrink "
+        "phase; --hypothesis-profile dev or thorough shrinks)"
+    )
     detail = (
-        f"falsified: {len(failing)} of {len(record.examples)} examples failed; the minimal failing "
-        f"configuration (shrunk by hypothesis):\n"
+        f"falsified: {len(failing)} of {len(record.examples)} examples failed; {which}:\n"
         f"  model: {case.model}\n  optimizer schedule: {case.optimizer}\n  cell: {cell.id}\n"
         f"  repro: {repro_command(cell.id, cell.check, size)}\n"
         f"{result.outcome.value}: {result.detail}"

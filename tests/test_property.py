@@ -4,7 +4,7 @@ smallest failing configuration, with its cell id and a repro that finds that cel
 from __future__ import annotations
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 from conformance.case import Case
 from conformance.generated import ModelSpec, ScheduleSpec
@@ -18,7 +18,7 @@ from conformance.world import WorldPool
 from tests import broken
 
 BASE = next(c for c in cells("ci", "roundtrip") if c.id == "fsdp2-dsd_sharded-dcp-adamw-mlp-w2")
-FEW = settings(max_examples=6, derandomize=True, database=None, deadline=None)
+FEW = settings(max_examples=6, derandomize=True, database=None, deadline=None, phases=list(Phase))
 
 
 def test_names_round_trip_and_never_hold_a_hyphen() -> None:
@@ -54,6 +54,13 @@ def _run(factory, prop: Property, examples: settings):  # type: ignore[no-untype
         )
 
 
+def test_without_a_shrink_phase_the_first_failure_is_reported_as_such() -> None:
+    no_shrink = settings(FEW, max_examples=6, phases=[Phase.generate])
+    result = _run(broken.loses_odd_rows, Property(BASE), no_shrink)
+    assert result.outcome is Outcome.FAIL and not result.axes["shrunk"]
+    assert "the first failing configuration (not shrunk" in result.detail
+
+
 def test_the_control_passes_on_every_example() -> None:
     result = _run(builtin_strategy, Property(BASE), FEW)
     assert result.outcome is Outcome.PASS, result.detail
@@ -65,7 +72,7 @@ def test_a_shape_dependent_bug_shrinks_to_the_minimal_model() -> None:
     Linear(1, 3) without bias, and that is what the property reports, with its cell and repro."""
     result = _run(broken.loses_odd_rows, Property(BASE), settings(FEW, max_examples=30))
     assert result.outcome is Outcome.FAIL, result.detail
-    assert result.axes["minimal_model"] == "gen_1x3_b0_w0", result.detail
+    assert result.axes["minimal_model"] == "gen_1x3_b0_w0" and result.axes["shrunk"], result.detail
     cell = result.axes["minimal_cell"]
     assert f"repro: torchrun --nproc-per-node 2 -m conformance.repro {cell}" in result.detail
     assert find_cell(cell).id == cell
