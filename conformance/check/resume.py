@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
+
 from conformance.case import Case
 from conformance.check.compare import compare_states, first_of_each_kind
 from conformance.check.phases import PhaseError, Phases
@@ -63,7 +65,9 @@ def run_a(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
         spec.case.model,
         steps=train_steps(spec.case.optimizer),
     )
-    if not state.optim.state:
+    holds: list[bool] = [False] * ctx.world_size  # a rank whose shard is empty may hold none
+    dist.all_gather_object(holds, bool(state.optim.state))
+    if not any(holds):
         raise VacuousCheckError("the optimizer holds no state after training: nothing to resume")
     strategy.save(state, Path(spec.directory), ctx)
     return _finish(state, spec.case, ctx)
