@@ -227,15 +227,13 @@ def _falsified(prop: Property, record: PropertyRun, axes: dict[str, Any], shrunk
     cell, result = failing[-1]  # the last failing example hypothesis ran: its shrunk minimum
     case = cell.save if isinstance(cell, Transfer) else cell
     size = case.world_size
-    which = (
-        "the minimal failing configuration (shrunk by hypothesis)"
-        if shrunk
-        else "the first failing configuration (not shrunk: this hypothesis profile has no shrink "
-        "phase; --hypothesis-profile dev or thorough shrinks)"
+    note = (
+        "" if shrunk else "; not shrunk: this hypothesis profile has no shrink phase, dev or thorough shrinks"
     )
     detail = (
-        f"falsified: {len(failing)} of {len(record.examples)} examples failed; {which}:\n"
-        f"  model: {case.model}\n  optimizer schedule: {case.optimizer}\n  cell: {cell.id}\n"
+        f"{'minimal' if shrunk else 'first'} failing configuration: model {case.model}, optimizer "
+        f"{case.optimizer} ({len(failing)} of {len(record.examples)} examples failed{note})\n"
+        f"  cell: {cell.id}\n"
         f"  repro: {repro_command(cell.id, cell.check, size)}\n"
         f"{result.outcome.value}: {result.detail}"
     )

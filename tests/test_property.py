@@ -58,7 +58,9 @@ def test_without_a_shrink_phase_the_first_failure_is_reported_as_such() -> None:
     no_shrink = settings(FEW, max_examples=6, phases=[Phase.generate])
     result = _run(broken.loses_odd_rows, Property(BASE), no_shrink)
     assert result.outcome is Outcome.FAIL and not result.axes["shrunk"]
-    assert "the first failing configuration (not shrunk" in result.detail
+    assert (
+        result.detail.startswith("first failing configuration: model gen_") and "not shrunk" in result.detail
+    )
 
 
 def test_the_control_passes_on_every_example() -> None:
@@ -73,6 +75,7 @@ def test_a_shape_dependent_bug_shrinks_to_the_minimal_model() -> None:
     result = _run(broken.loses_odd_rows, Property(BASE), settings(FEW, max_examples=30))
     assert result.outcome is Outcome.FAIL, result.detail
     assert result.axes["minimal_model"] == "gen_1x3_b0_w0" and result.axes["shrunk"], result.detail
+    assert result.detail.startswith("minimal failing configuration: model gen_1x3_b0_w0, optimizer sgd_")
     cell = result.axes["minimal_cell"]
     assert f"repro: torchrun --nproc-per-node 2 -m conformance.repro {cell}" in result.detail
     assert find_cell(cell).id == cell
