@@ -305,9 +305,11 @@ def _hypothesis_settings(config: pytest.Config) -> dict[str, Any]:
 
 
 def profile_cell_ids(profile: str, registry: Registry | None = None) -> set[str]:
-    """Every cell id the run has, over every check (what a baseline of it should cover)."""
+    """Every cell id the run has, over every check and property (what a baseline of it
+    should cover)."""
     registry = registry or Registry()
-    return {cell.id for check in CHECKS for cell in run_cells(registry, profile, check)}
+    cells = {cell.id for check in CHECKS for cell in run_cells(registry, profile, check)}
+    return cells | ({p.id for p in properties(profile)} if registry.builtin else set())
 
 
 class ResultCollector:
