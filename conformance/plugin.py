@@ -125,10 +125,6 @@ def pytest_configure(config: pytest.Config) -> None:
     # The backend from every GPU of the machine, then this xdist worker's share of them: every
     # worker runs the same backend, and its worlds see only its own GPUs.
     config.stash[BACKEND_KEY] = resolve_backend(config.getoption("backend"))
-    given = config.invocation_params.args
-    chosen = any(str(a).startswith("--dist") or str(a) == "-d" for a in given)
-    if getattr(config.option, "dist", "no") == "load" and not chosen:
-        config.option.dist = "loadgroup"  # -n N alone: keep each world-size group on one worker
     if hasattr(config, "workerinput"):
         die_with_parent(os.getppid(), signal.SIGTERM)  # a killed controller takes its workers along
         gpus = visible_gpus()
@@ -208,8 +204,9 @@ def world_group(cell: Case | Transfer) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group the cells by the worlds they need, in runs of WORKER_GROUP_CELLS: under
-    `--dist loadgroup` (the default with -n here) each run goes to one xdist worker, so a
-    worker starts the worlds of the groups it gets rather than every world of the matrix."""
+    `--dist loadgroup` each run goes to one xdist worker, so a worker starts the worlds of the
+    groups it gets rather than every world of the matrix. xdist's default (`load`) ignores
+    the groups; bench/xdist.py measures both."""
     counts: dict[str, int] = {}
     for item in items:
         cell = _cell_of(item)
