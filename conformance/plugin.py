@@ -220,7 +220,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _cell_of(item: pytest.Item) -> Case | Transfer | None:
     params = getattr(getattr(item, "callspec", None), "params", {})
-    return next((params[f] for f in CELL_FIXTURES if f in params), None)
+    cell = next((params[f] for f in CELL_FIXTURES if f in params), None)
+    return cell if isinstance(cell, (Case, Transfer)) else None  # an empty parameter set: NOTSET
 
 
 @pytest.fixture(scope="session")
