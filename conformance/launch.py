@@ -278,6 +278,7 @@ def died_in(cell: Cell, scratch: Path, tag: str, size: int, backend: str) -> Cel
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from conformance.matrix import CHECKS, PROFILES
+    from conformance.strategy.registry import add_strategy_option
 
     parser = argparse.ArgumentParser(
         prog="torchrun ... -m conformance.launch",
@@ -292,11 +293,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
     parser.add_argument("--case-timeout", type=float, default=60.0, help="seconds before a cell is a hang")
     parser.add_argument("--resume", action="store_true", help="go on from OUT/progress.jsonl")
-    parser.add_argument(
-        "--strategy",
-        action="append",
-        default=[],
-        help="a registered strategy, as pytest's --strategy (default: built-in and entry points)",
+    add_strategy_option(
+        parser, "a registered strategy, as pytest's --strategy (default: built-in and entry points)"
     )
     args = parser.parse_args(argv)
     if args.case_timeout <= 0:

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from conformance.case import Case, Transfer
-from conformance.strategy.registry import Registry, build_registry
+from conformance.strategy.registry import Registry, add_strategy_option, build_registry
 
 
 def find_cell(cell_id: str, registry: Registry | None = None) -> Case | Transfer:
@@ -137,11 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("cell_id")
     parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds for each world (default 300)")
-    parser.add_argument(
-        "--strategy",
-        action="append",
-        default=[],
-        help="a registered strategy (package.module:ATTR or an entry point's name), as in the run",
+    add_strategy_option(
+        parser, "a registered strategy (package.module:ATTR or an entry point's name), as in the run"
     )
     args = parser.parse_args(argv)
     try:

@@ -17,6 +17,7 @@ with the built-in matrix by default:
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib
 import importlib.metadata
@@ -196,3 +197,8 @@ def build_registry(names: list[str]) -> Registry:
     for name in sorted(set(names) - {"builtin"}):
         registry.add(load_strategy(name), f"--strategy {name}")
     return registry
+
+
+def add_strategy_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """`--strategy`, repeatable, for the command-line tools (repro, launch), as pytest has it."""
+    parser.add_argument("--strategy", action="append", default=[], help=help_text)
