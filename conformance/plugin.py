@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -265,7 +266,11 @@ def conformance_property(
         def cell(example: Case | Transfer) -> CellResult:
             return run_case(world_pool, example, backend=conformance_backend, timeout_s=timeout_s)
 
-        result = run_property(prop, cell, conformance_backend)
+        try:
+            result = run_property(prop, cell, conformance_backend)
+        except Exception:  # a fault of the harness is the property's error, never a lost cell
+            detail = "harness error (in the pytest process, not on a rank):\n" + traceback.format_exc()
+            result = CellResult(prop.id, prop.axes(conformance_backend), Outcome.ERROR, detail, 0.0)
         request.node.user_properties.append((PROPERTY, result.to_json()))
         _to_pytest(result, request.config.stash[BASELINE_KEY], conformance_backend)
         return result
