@@ -392,15 +392,14 @@ def _pending(cells: list[Cell], done: set[str]) -> Iterator[tuple[int, Cell]]:
 def _run(world: LaunchWorld, cell: Cell, backend: str, timeout_s: float, registry: Any) -> CellResult:
     from conformance.runner import run_case
 
-    registered = registry.get(cell.strategy) if cell.strategy else None
-    return run_case(world, cell, backend=backend, timeout_s=timeout_s, registered=registered)
+    return run_case(world, cell, backend=backend, timeout_s=timeout_s, registered=registry.strategy_of(cell))
 
 
 def _finish(
     args: argparse.Namespace, progress: Progress, cells: list[Cell], backend: str, registry: Any
 ) -> None:
     from conformance.report.environment import environment
-    from conformance.report.write import write_reports
+    from conformance.report.write import outcome_summary, write_reports
 
     ids = {cell.id for cell in cells}
     results = [r for r in progress.results.values() if r.id in ids]
@@ -413,11 +412,7 @@ def _finish(
     )
     env["launcher"] = {"torchrun": True, "world_size": int(os.environ["WORLD_SIZE"])}
     write_reports(args.out, env, results)
-    counts: dict[str, int] = {}
-    for r in results:
-        counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
-    summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-    print(f"{len(results)} cells: {summary}\nresults: {args.out / 'results.json'}", flush=True)
+    print(f"{outcome_summary(results)}\nresults: {args.out / 'results.json'}", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,8 +26,8 @@ from conformance.matrix import CHECKS, PROFILES, run_cells
 from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.property import Property, properties, run_property
 from conformance.report.environment import environment
-from conformance.report.write import write_reports
-from conformance.runner import resolve_backend, run_case
+from conformance.report.write import outcome_summary, write_reports
+from conformance.runner import harness_error, resolve_backend, run_case
 from conformance.strategy.builtin import STATE_APIS, builtin_strategy
 from conformance.strategy.registry import Registry, build_registry
 from conformance.world import WorldPool
@@ -244,7 +243,7 @@ def conformance_cell(
             backend=conformance_backend,
             timeout_s=request.config.getoption("case_timeout"),
             strategy_factory=strategy_factory,
-            registered=registry.get(case.strategy) if case.strategy else None,
+            registered=registry.strategy_of(case),
         )
         request.node.user_properties.append((PROPERTY, result.to_json()))
         _to_pytest(result, request.config.stash[BASELINE_KEY], conformance_backend)
@@ -269,8 +268,7 @@ def conformance_property(
         try:
             result = run_property(prop, cell, conformance_backend)
         except Exception:  # a fault of the harness is the property's error, never a lost cell
-            detail = "harness error (in the pytest process, not on a rank):\n" + traceback.format_exc()
-            result = CellResult(prop.id, prop.axes(conformance_backend), Outcome.ERROR, detail, 0.0)
+            result = harness_error(prop.id, prop.axes(conformance_backend), 0.0)
         request.node.user_properties.append((PROPERTY, result.to_json()))
         _to_pytest(result, request.config.stash[BASELINE_KEY], conformance_backend)
         return result
@@ -407,12 +405,8 @@ class ResultCollector:
             terminalreporter.write_line(line, red=line.startswith("GATE"), yellow=line.startswith("warning"))
         if not self.results or self.out is None:
             return
-        counts: dict[str, int] = {}
-        for r in self.results:
-            counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
         terminalreporter.section("conformance")
-        summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-        terminalreporter.write_line(f"{len(self.results)} cells: {summary}")
+        terminalreporter.write_line(outcome_summary(self.results))
         if self.worlds:
             started = ", ".join(f"{name} {n}" for name, n in sorted(self.worlds.items()))
             terminalreporter.write_line(f"worlds started: {started}")

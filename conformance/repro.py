@@ -80,7 +80,7 @@ def run_under_torchrun(cell: Case | Transfer, registry: Registry, backend: str, 
     from conformance.runner import resolve_backend, run_case
     from conformance.world.torchrun import TorchrunPool
 
-    registered = registry.get(cell.strategy) if cell.strategy else None
+    registered = registry.strategy_of(cell)
     with TorchrunPool(echo=True) as pool:
         result = run_case(
             pool,

@@ -125,9 +125,13 @@ def run_case(
             registered=registered,
         )
     except Exception:
-        axes = {**case.axes(), "backend": backend}
-        detail = "harness error (in the pytest process, not on a rank):\n" + traceback.format_exc()
-        return CellResult(case.id, axes, Outcome.ERROR, detail, time.monotonic() - start)
+        return harness_error(case.id, {**case.axes(), "backend": backend}, time.monotonic() - start)
+
+
+def harness_error(cell_id: str, axes: dict[str, object], duration_s: float) -> CellResult:
+    """The exception being handled, a fault of the harness itself, as the cell's error."""
+    detail = "harness error (in the pytest process, not on a rank):\n" + traceback.format_exc()
+    return CellResult(cell_id, axes, Outcome.ERROR, detail, duration_s)
 
 
 def _run_case(

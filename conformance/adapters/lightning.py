@@ -108,18 +108,24 @@ class FabricStrategy:
         self.fabric.load_checkpoint(path, _state(state))
 
 
+def fsdp1_cpu_prewrap(model: nn.Module, case: Case, ctx: RankContext) -> nn.Module:
+    """On CPU the model is wrapped before Lightning sees it, the way Lightning's FSDPStrategy
+    wraps it (FULL_SHARD etc., use_orig_params=True, every Linear a unit) but with device_id
+    the CPU device: Lightning passes `root_device.index`, None for a CPU device, which FSDP1
+    refuses ("FSDP needs a non-CPU accelerator device"). Lightning keeps a model it finds
+    wrapped (Fabric's and the Trainer's strategy alike). On a GPU: the model as it is."""
+    if ctx.device.type != "cpu":
+        return model
+    from conformance.strategy.wrappers import Fsdp1Wrapper
+
+    return Fsdp1Wrapper(case.sharding, use_orig_params=True).wrap(model, ctx)
+
+
 class FabricFsdp(FabricStrategy):
-    """On CPU the model is wrapped before Fabric sees it, the way Fabric wraps it (FULL_SHARD
-    etc., use_orig_params=True, every Linear a unit) but with device_id the CPU device: Fabric
-    passes `root_device.index`, None for a CPU device, which FSDP1 refuses ("FSDP needs a
-    non-CPU accelerator device"). Fabric keeps a model it finds wrapped."""
+    """FSDP1 through Fabric's FSDPStrategy (pre-wrapped on CPU: fsdp1_cpu_prewrap)."""
 
     def prewrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
-        if ctx.device.type != "cpu":
-            return model
-        from conformance.strategy.wrappers import Fsdp1Wrapper
-
-        return Fsdp1Wrapper(self.case.sharding, use_orig_params=True).wrap(model, ctx)
+        return fsdp1_cpu_prewrap(model, self.case, ctx)
 
     def make(self, ctx: RankContext) -> Any:
         from lightning.fabric.strategies import FSDPStrategy
@@ -214,8 +220,8 @@ class FittingTrainer:
 class TrainerFsdp:
     """Lightning PyTorch's FSDPStrategy driven as the Trainer drives it. Setup as in
     `FSDPStrategy.setup`: `connect` the LightningModule, `setup_environment`, the precision
-    plugin's `convert_module`, `_setup_model` (on CPU the model comes pre-wrapped as for
-    Fabric: Lightning keeps a model it finds wrapped). The harness's optimizer stands for what
+    plugin's `convert_module`, `_setup_model` (on CPU the model comes pre-wrapped:
+    fsdp1_cpu_prewrap). The harness's optimizer stands for what
     `configure_optimizers` returns (`strategy.optimizers`). Save as `Trainer.save_checkpoint`:
     `dump_checkpoint`'s state_dict (`lightning_module_state_dict`), optimizer_states
     (`optimizer_state`) and lr_schedulers, then `strategy.save_checkpoint`. Load as the
@@ -242,11 +248,7 @@ class TrainerFsdp:
         strategy.connect(module)
         strategy.setup_environment()
         strategy.model = strategy.precision_plugin.convert_module(strategy.model)
-        if ctx.device.type == "cpu":
-            from conformance.strategy.wrappers import Fsdp1Wrapper
-
-            strategy.model = Fsdp1Wrapper(self.case.sharding, use_orig_params=True).wrap(strategy.model, ctx)
-        strategy.model = strategy._setup_model(strategy.model)
+        strategy.model = strategy._setup_model(fsdp1_cpu_prewrap(strategy.model, self.case, ctx))
         strategy.barrier()
         self.strategies[id(strategy.model)] = strategy
         return strategy.model

@@ -3,6 +3,7 @@ plugin and the torchrun launch both do."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,12 @@ from conformance.outcome import CellResult
 from conformance.report.html import render_html
 from conformance.report.markdown import render_markdown
 from conformance.report.results import results_document, write_results
+
+
+def outcome_summary(results: list[CellResult]) -> str:
+    """ "N cells: 1 crash, 2 pass": the line a run ends with."""
+    counts = Counter(r.outcome.value for r in results)
+    return f"{len(results)} cells: " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
 
 
 def write_reports(

@@ -148,6 +148,10 @@ class Registry:
                 f"no registered strategy {name!r}; registered: {sorted(self.strategies)}"
             ) from None
 
+    def strategy_of(self, cell: Case | Transfer) -> RegisteredStrategy | None:
+        """The registered strategy a cell belongs to; None for a built-in cell."""
+        return self.get(cell.strategy) if cell.strategy else None
+
     def versions(self) -> dict[str, dict[str, str | None]]:
         """name -> the versions of what it requires: the run metadata's frameworks."""
         return {name: s.versions() for name, s in sorted(self.strategies.items())}

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,7 +147,7 @@ def rank_main(job_path: Path) -> int:
     import torch.distributed as dist
 
     from conformance.world.context import RankContext
-    from conformance.world.rank import reset_globals
+    from conformance.world.rank import execute_cell
 
     faulthandler.enable(all_threads=True)
     job: Job = pickle.loads(job_path.read_bytes())
@@ -156,17 +155,13 @@ def rank_main(job_path: Path) -> int:
     device = torchrun_device(job.backend)
     torch.set_num_threads(1)
     dist.init_process_group(job.backend)
-    reset_globals(job.seed)
     ctx = RankContext(rank, size, job.backend, device, Path(job.cell_dir), job.seed)
-    try:
-        reply: tuple[bool, Any] = (True, job.fn(ctx, job.arg))
-        code = 0
-    except BaseException:
-        reply, code = (False, traceback.format_exc()), 1
-    (job_path.parent / f"rank{rank}.pkl").write_bytes(pickle.dumps(reply))
-    if code == 0 and dist.is_initialized():
+    reply = execute_cell(job.fn, job.arg, ctx)  # a rank that raises tears its group down
+    answer = (True, reply.value) if reply.ok else (False, reply.error)
+    (job_path.parent / f"rank{rank}.pkl").write_bytes(pickle.dumps(answer))
+    if dist.is_initialized():
         dist.destroy_process_group()
-    return code
+    return 0 if reply.ok else 1
 
 
 if __name__ == "__main__":
