@@ -27,6 +27,7 @@ from conformance.strategy.builtin import builtin_strategy
 Cell = Case | Transfer
 PROPERTY_CHECKS = ("reshard", "resume", "roundtrip")
 SMALL_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31)
+GENERATED = "generated"  # a property's model and optimizer axes
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,17 @@ class Property:
         return mine(self.base)
 
     def axes(self, backend: str) -> dict[str, Any]:
-        return {**self.base.axes(), "backend": backend, "check": f"property-{self.check}", "property": True}
+        """The base cell's axes, its model and optimizer "generated" (the examples draw
+        them; a failing property names its configuration in minimal_model and
+        minimal_optimizer)."""
+        return {
+            **self.base.axes(),
+            "model": GENERATED,
+            "optimizer": GENERATED,
+            "backend": backend,
+            "check": f"property-{self.check}",
+            "property": True,
+        }
 
 
 def _preference(cell: Cell) -> tuple[int, int, str]:

@@ -31,6 +31,12 @@ def find_cell(cell_id: str, registry: Registry | None = None) -> Case | Transfer
     generated optimizer schedule and model, conformance.generated)."""
     from conformance.matrix import CHECKS, PROFILES, run_cells
 
+    if cell_id.startswith("property-"):
+        raise SystemExit(
+            f"{cell_id!r} is a property, not one cell: a failing property names the cell of its "
+            "minimal failing example (axes.minimal_cell in results.json, and the 'repro:' line of its "
+            "detail); run that one"
+        )
     registry = registry or Registry()
     every = {
         cell.id: cell

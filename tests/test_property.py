@@ -67,6 +67,7 @@ def test_the_control_passes_on_every_example() -> None:
     result = _run(builtin_strategy, Property(BASE), FEW)
     assert result.outcome is Outcome.PASS, result.detail
     assert result.axes["examples"] == 6 and "6 generated configurations" in result.detail
+    assert result.axes["model"] == result.axes["optimizer"] == "generated"  # not the base cell's
 
 
 def test_a_shape_dependent_bug_shrinks_to_the_minimal_model() -> None:
@@ -79,3 +80,16 @@ def test_a_shape_dependent_bug_shrinks_to_the_minimal_model() -> None:
     cell = result.axes["minimal_cell"]
     assert f"repro: torchrun --nproc-per-node 2 -m conformance.repro {cell}" in result.detail
     assert find_cell(cell).id == cell
+
+
+def test_a_property_id_is_not_a_cell_and_its_report_replays_the_minimal_one() -> None:
+    from conformance.outcome import CellResult
+    from conformance.report.html import render_html
+
+    prop = next(p for p in properties("ci") if p.check == "resume")
+    minimal = prop.instantiate("gen_1x1_b0_w0", "sgd_lr0.01_m0.9_s1")
+    with pytest.raises(SystemExit, match="minimal_cell"):
+        find_cell(prop.id)
+    axes = {**prop.axes("gloo"), "world_size": 2, "minimal_cell": minimal.id}
+    page = render_html({"torch": "2.13.0"}, [CellResult(prop.id, axes, Outcome.FAIL, "minimal ...", 1.0)])
+    assert f"python -m conformance.repro {minimal.id}</code>" in page  # a resume: two torchruns

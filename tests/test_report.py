@@ -235,3 +235,24 @@ def test_interop_columns_name_the_loading_side_and_rows_the_saving_side() -> Non
     assert "<th>ddp-sd_full-torch_save</th>" in page  # the grid's column: the loading config
     text = render_markdown(ENV, [cell_])
     assert "## Features by strategy" in text and "| saved by \\ loaded by" in text
+
+
+def test_a_run_of_properties_alone_says_why_its_feature_table_is_empty() -> None:
+    """A property tests no feature of the table (its check is property-*): no empty table
+    with headers alone, but a sentence pointing at the property tables."""
+    from conformance.report.html import render_html
+    from conformance.report.tables import NO_FEATURE_CELLS
+
+    prop = _cell(Outcome.PASS, check="property-roundtrip", model="generated", optimizer="generated")
+    assert NO_FEATURE_CELLS in render_markdown(ENV, [prop])
+    assert NO_FEATURE_CELLS in render_html(ENV, [prop])
+    assert NO_FEATURE_CELLS not in render_markdown(ENV, [prop, _cell(Outcome.PASS)])
+
+
+def test_a_reshard_property_reads_as_its_direction() -> None:
+    """property-reshard rows, like reshard rows, have a column per N-to-M direction."""
+    from conformance.report.tables import check_table
+
+    prop = _cell(Outcome.FAIL, check="property-reshard", save_world_size=1, load_world_size=2, world_size=1)
+    headers, rows = check_table("property-reshard", [prop], {})
+    assert "w1 to w2" in headers and rows[0][headers.index("w1 to w2")] == "fail"

@@ -101,12 +101,15 @@ def _table(table: tables.Table, caption: str) -> str:
 
 def repro_command(cell: CellResult) -> str:
     """The one command that reruns this cell outside pytest, torchrun the launcher
-    (conformance.repro)."""
+    (conformance.repro); for a failing property, the cell of its minimal failing example."""
     from conformance.repro import repro_command as command
 
     axes = cell.axes
     return command(
-        cell.id, str(axes.get("check", "roundtrip")), int(axes["world_size"]), str(axes.get("strategy", ""))
+        str(axes.get("minimal_cell", cell.id)),
+        str(axes.get("check", "roundtrip")).removeprefix("property-"),
+        int(axes["world_size"]),
+        str(axes.get("strategy", "")),
     )
 
 
@@ -115,10 +118,13 @@ def _grids(cells: list[CellResult], known: Mapping[str, Any]) -> str:
     has those cells."""
     words = "; ".join(f"{w}: {m}" for w, m in tables.SUPPORT_WORDS.items())
     meaning = "; ".join(f"{f.name}: {f.meaning}" for f in tables.FEATURES)
+    features = tables.feature_table(cells, known)
     out = [
         '<details open id="features"><summary><h2>Features by strategy</h2></summary>',
         f'<p class="why">{html.escape(words)}.<br>{html.escape(meaning)}.</p>',
-        _table(tables.feature_table(cells, known), "strategy (wrapper, state-dict API, storage) x feature"),
+        _table(features, "strategy (wrapper, state-dict API, storage) x feature")
+        if features[1]
+        else f"<p>{html.escape(tables.NO_FEATURE_CELLS)}</p>",
         "</details>",
     ]
     interop = [c for c in cells if c.axes.get("check") == "interop"]

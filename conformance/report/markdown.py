@@ -13,6 +13,7 @@ from tabulate import tabulate
 from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.report.tables import (
     FEATURES,
+    NO_FEATURE_CELLS,
     SUPPORT_WORDS,
     Table,
     check_table,
@@ -82,6 +83,7 @@ def _markdown(table: Table) -> str:
 
 
 def _features(cells: list[CellResult], known: Mapping[str, Any]) -> list[str]:
+    table = feature_table(cells, known)
     return [
         "## Features by strategy",
         "",
@@ -92,7 +94,7 @@ def _features(cells: list[CellResult], known: Mapping[str, Any]) -> list[str]:
         + "; ".join(f"{f.name}: {f.meaning}" for f in FEATURES)
         + ".",
         "",
-        _markdown(feature_table(cells, known)),
+        _markdown(table) if table[1] else NO_FEATURE_CELLS,
         "",
     ]
 

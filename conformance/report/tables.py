@@ -65,7 +65,7 @@ HEADERS = ["wrapper", "sharding", "api", "kind", "storage", "optimizer", "model"
 def check_table(check: str, cells: list[CellResult], known: Mapping[str, Any]) -> Table:
     """One check's grid: strategies by world size; resharding by N-to-M pair; interop as the
     square grid, rows the saving configuration and columns the loading one."""
-    if check == "reshard":
+    if check in ("reshard", "property-reshard"):
         return grid(
             cells,
             lambda c: tuple(str(c.axes[k]) for k in ("wrapper", "sharding", "api", "storage")),
@@ -177,6 +177,12 @@ def support(cells: list[CellResult], known: Mapping[str, Any]) -> str:
         return f"partial {good}/{len(ran)}"
     failing = [c for c in ran if c.outcome in FAILING]
     return "known no" if failing and all(c.id in known for c in failing) else "no"
+
+
+NO_FEATURE_CELLS = (
+    "No cell of this run tests one of these features (a run of the properties alone, for example): "
+    "the tables below have its results."
+)
 
 
 def feature_table(cells: list[CellResult], known: Mapping[str, Any]) -> Table:
