@@ -236,6 +236,10 @@ def _falsified(prop: Property, record: PropertyRun, axes: dict[str, Any], shrunk
 
     failing = [(c, r) for c, r in record.examples if r.outcome in FAILING]
     cell, result = failing[-1]  # the last failing example hypothesis ran: its shrunk minimum
+    # Hypothesis runs the reported example once more at the end (and shrinking may try a
+    # configuration twice): count configurations, not runs.
+    tried = {c.id for c, _ in record.examples}
+    failed = {c.id for c, _ in failing}
     case = cell.save if isinstance(cell, Transfer) else cell
     size = case.world_size
     note = (
@@ -243,7 +247,7 @@ def _falsified(prop: Property, record: PropertyRun, axes: dict[str, Any], shrunk
     )
     detail = (
         f"{'minimal' if shrunk else 'first'} failing configuration: model {case.model}, optimizer "
-        f"{case.optimizer} ({len(failing)} of {len(record.examples)} examples failed{note})\n"
+        f"{case.optimizer} ({len(failed)} of {len(tried)} configurations tried failed{note})\n"
         f"  cell: {cell.id}\n"
         f"  repro: {repro_command(cell.id, cell.check, size)}\n"
         f"{result.outcome.value}: {result.detail}"

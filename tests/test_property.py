@@ -61,6 +61,8 @@ def test_without_a_shrink_phase_the_first_failure_is_reported_as_such() -> None:
     assert (
         result.detail.startswith("first failing configuration: model gen_") and "not shrunk" in result.detail
     )
+    # hypothesis replays the failing example once more: one configuration, not two
+    assert "(1 of " in result.detail and " configurations tried failed" in result.detail, result.detail
 
 
 def test_the_control_passes_on_every_example() -> None:
