@@ -399,7 +399,7 @@ def _finish(
     args: argparse.Namespace, progress: Progress, cells: list[Cell], backend: str, registry: Any
 ) -> None:
     from conformance.report.environment import environment
-    from conformance.report.write import outcome_summary, write_reports
+    from conformance.report.write import outcome_summary, rerun_summary, write_reports
 
     ids = {cell.id for cell in cells}
     results = [r for r in progress.results.values() if r.id in ids]
@@ -412,7 +412,9 @@ def _finish(
     )
     env["launcher"] = {"torchrun": True, "world_size": int(os.environ["WORLD_SIZE"])}
     write_reports(args.out, env, results)
-    print(f"{outcome_summary(results)}\nresults: {args.out / 'results.json'}", flush=True)
+    reruns = rerun_summary(results)
+    print(outcome_summary(results) + (f"\n{reruns}" if reruns else ""), flush=True)
+    print(f"results: {args.out / 'results.json'}", flush=True)
 
 
 if __name__ == "__main__":

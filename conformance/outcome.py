@@ -20,6 +20,10 @@ class Outcome(str, enum.Enum):
         return self.value
 
 
+# How the detail of a cell that hung in a warm world and ran again in a fresh one begins
+# (conformance.world.pool); the reports list such cells.
+RERUN_NOTE = "hung in a warm world"
+
 # The outcomes that fail a run unless a baseline expects them.
 FAILING: frozenset[Outcome] = frozenset({Outcome.FAIL, Outcome.ERROR, Outcome.CRASH, Outcome.HANG})
 
@@ -33,6 +37,12 @@ class CellResult:
     outcome: Outcome
     detail: str
     duration_s: float
+
+    @property
+    def hung_in_a_warm_world(self) -> bool:
+        """Whether the pool ran this cell (a property: some example) again in a fresh world
+        after a hang in a warm one: the first line of its detail says so."""
+        return RERUN_NOTE in self.detail.partition("\n")[0]
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -26,7 +26,7 @@ from conformance.matrix import CHECKS, PROFILES, run_cells
 from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.property import Property, properties, run_property
 from conformance.report.environment import environment
-from conformance.report.write import outcome_summary, write_reports
+from conformance.report.write import outcome_summary, rerun_summary, write_reports
 from conformance.runner import harness_error, resolve_backend, run_case
 from conformance.strategy.builtin import STATE_APIS, builtin_strategy
 from conformance.strategy.registry import Registry, build_registry
@@ -407,6 +407,9 @@ class ResultCollector:
             return
         terminalreporter.section("conformance")
         terminalreporter.write_line(outcome_summary(self.results))
+        reruns = rerun_summary(self.results)
+        if reruns:
+            terminalreporter.write_line(reruns, yellow=True)
         if self.worlds:
             started = ", ".join(f"{name} {n}" for name, n in sorted(self.worlds.items()))
             terminalreporter.write_line(f"worlds started: {started}")

@@ -21,7 +21,7 @@ from typing import Any
 from conformance.case import Case, Transfer
 from conformance.check.roundtrip import StrategyFactory
 from conformance.generated import ModelSpec, ScheduleSpec
-from conformance.outcome import FAILING, CellResult, Outcome
+from conformance.outcome import FAILING, RERUN_NOTE, CellResult, Outcome
 from conformance.strategy.builtin import builtin_strategy
 
 Cell = Case | Transfer
@@ -183,7 +183,7 @@ def run_property(
     from hypothesis import HealthCheck, given, reject
     from hypothesis import settings as hypothesis_settings
     from hypothesis import strategies as st
-    from hypothesis.errors import Unsatisfiable
+    from hypothesis.errors import Flaky, Unsatisfiable
 
     record = PropertyRun(prop)
 
@@ -219,16 +219,52 @@ def run_property(
 
         shrunk = Phase.shrink in base.phases
         return _falsified(prop, record, {**axes, "shrunk": shrunk}, shrunk)
+    except Flaky as exc:  # an example failed, then passed when hypothesis ran it again
+        return _flaky(prop, record, {**axes, "shrunk": False}, exc)
     duration = sum(r.duration_s for _, r in record.examples)
     passed = [cell for cell, r in record.examples if r.outcome is Outcome.PASS]
     if not passed:  # never a vacuous pass
         return CellResult(prop.id, axes, Outcome.ERROR, "no example ran to a pass", duration)
     models = sorted({(c.save if isinstance(c, Transfer) else c).model for c in passed})
+    reruns = [c.id for c, r in record.examples if r.hung_in_a_warm_world]
+    rerun_note = (
+        f"; {len(reruns)} of them {RERUN_NOTE} and passed in a fresh one, e.g. {reruns[0]}" if reruns else ""
+    )
     detail = (
         f"{len(passed)} generated configurations, each bitwise equal ({record.rejected} rejected as "
-        f"unsupported); e.g. {', '.join(models[:3])}"
+        f"unsupported{rerun_note}); e.g. {', '.join(models[:3])}"
     )
     return CellResult(prop.id, {**axes, "examples": len(passed)}, Outcome.PASS, detail, duration)
+
+
+def _flaky(prop: Property, record: PropertyRun, axes: dict[str, Any], exc: BaseException) -> CellResult:
+    """A configuration that failed once and passed when run again: the failure is the result
+    (never a pass), with both runs named."""
+    from conformance.repro import repro_command
+
+    failing = [(c, r) for c, r in record.examples if r.outcome in FAILING]
+    if not failing:  # hypothesis saw flakiness of its own (e.g. a draw that changed): an error
+        detail = f"hypothesis reported the property flaky: {type(exc).__name__}: {exc}"
+        return CellResult(prop.id, axes, Outcome.ERROR, detail, sum(r.duration_s for _, r in record.examples))
+    cell, result = failing[0]
+    again = [r.outcome.value for c, r in record.examples if c.id == cell.id and r is not result]
+    case = cell.save if isinstance(cell, Transfer) else cell
+    detail = (
+        f"flaky configuration: model {case.model}, optimizer {case.optimizer}: {result.outcome.value} on "
+        f"its first run, then {', '.join(again) or 'another outcome'} when hypothesis ran it again (not shrunk)\n"
+        f"  cell: {cell.id}\n"
+        f"  repro: {repro_command(cell.id, cell.check, case.world_size)}\n"
+        f"{result.outcome.value}: {result.detail}"
+    )
+    out_axes = {
+        **axes,
+        "minimal_model": case.model,
+        "minimal_optimizer": case.optimizer,
+        "minimal_cell": cell.id,
+    }
+    return CellResult(
+        prop.id, out_axes, result.outcome, detail, sum(r.duration_s for _, r in record.examples)
+    )
 
 
 def _falsified(prop: Property, record: PropertyRun, axes: dict[str, Any], shrunk: bool) -> CellResult:

@@ -57,6 +57,11 @@ def case_seed(case: Cell) -> int:
 
 
 def _summarize(case: Case, run: CellRun) -> tuple[Outcome, str]:
+    outcome, detail = _outcome(case, run)
+    return outcome, run.described(detail)
+
+
+def _outcome(case: Case, run: CellRun) -> tuple[Outcome, str]:
     if run.status != "ok":
         return STATUS_OUTCOMES[run.status], run.detail
     failures = [line for value in run.values for line in value["failures"]]
@@ -154,7 +159,7 @@ def _run_case(
             outcome, detail = transfer.execute(phases, case, refusal_reason(case), strategy_factory)
         else:
             outcome, detail = CHECKS[case.check](phases, case, strategy_factory)
-        return CellResult(case.id, axes, outcome, detail, time.monotonic() - start)
+        return CellResult(case.id, axes, outcome, phases.described(detail), time.monotonic() - start)
     run = pool.run(
         backend,
         case.world_size,

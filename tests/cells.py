@@ -38,6 +38,14 @@ def skip_collective_on_rank1(ctx: RankContext, arg: Any) -> None:
         time.sleep(3600)
 
 
+def hang_unless_first_cell(ctx: RankContext, arg: Any) -> dict[str, Any]:
+    """Hangs in a world that ran cells before this one (its cell directory is not cell1), as a
+    cell would that some leftover of an earlier cell deadlocks; passes in a fresh world."""
+    if ctx.cell_dir.name != "cell1":
+        skip_collective_on_rank1(ctx, arg)
+    return ok(ctx, arg)
+
+
 def raise_on_rank1(ctx: RankContext, arg: Any) -> None:
     if ctx.rank == 1:
         time.sleep(0.2)

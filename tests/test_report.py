@@ -256,3 +256,17 @@ def test_a_reshard_property_reads_as_its_direction() -> None:
     prop = _cell(Outcome.FAIL, check="property-reshard", save_world_size=1, load_world_size=2, world_size=1)
     headers, rows = check_table("property-reshard", [prop], {})
     assert "w1 to w2" in headers and rows[0][headers.index("w1 to w2")] == "fail"
+
+
+def test_cells_that_hung_in_a_warm_world_are_listed_with_their_outcome() -> None:
+    from conformance.report.write import rerun_summary
+
+    note = "hung in a warm world after 7 other cells had run there, then ran in a fresh world: ok"
+    rerun = cell(2, Outcome.PASS, f"{note}\nbitwise equal\nSTACKS")
+    plain = cell(1, Outcome.PASS, "bitwise equal")
+    md = render_markdown(ENV, [rerun, plain])
+    assert "## Cells that hung in a warm world" in md
+    assert f"- `{rerun.id}`: pass: {note}" in md and f"`{plain.id}`: pass" not in md
+    assert rerun_summary([rerun, plain]) == f"1 hung in a warm world and ran again in a fresh one: {rerun.id}"
+    assert rerun_summary([plain]) is None
+    assert "hung in a warm world" not in render_markdown(ENV, [plain])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from conformance.world import World, WorldPool
+from conformance.world import CellRun, World, WorldPool
 from tests import cells
 from tests.procs import alive
 
@@ -56,16 +58,43 @@ def test_segfault_on_rank1_is_a_crash_naming_the_signal(pool: WorldPool) -> None
     assert_next_cell_passes_in_a_fresh_world(pool, pids)
 
 
-def test_skipped_collective_is_a_hang_with_every_stack(pool: WorldPool) -> None:
-    pids = pool.world("gloo", 2).pids()
-    start = time.monotonic()
+def test_skipped_collective_is_a_hang_with_every_stack() -> None:
+    with WorldPool() as pool:  # a fresh world: a hang there is not run again
+        pids = pool.world("gloo", 2).pids()
+        start = time.monotonic()
+        run = pool.run("gloo", 2, cells.skip_collective_on_rank1, None, timeout_s=3.0)
+        assert run.status == "hang"
+        assert time.monotonic() - start < 3.0 + 10  # the timeout, the stack dump, the kill
+        assert "timed out after 3 s" in run.detail
+        assert "--- rank 0 output:" in run.detail and "--- rank 1 output:" in run.detail
+        assert "in barrier" in run.detail  # rank 0's stack shows where it waits
+        assert not run.note and pool.started == 1
+        assert_next_cell_passes_in_a_fresh_world(pool, pids)
+
+
+def test_hang_in_a_warm_world_runs_again_in_a_fresh_one(pool: WorldPool) -> None:
+    assert pool.run("gloo", 2, cells.ok, None, timeout_s=TIMEOUT_S).status == "ok"  # warm
+    warm = pool.world("gloo", 2)
+    earlier, pids = warm.cells_run, warm.pids()
+    run = pool.run("gloo", 2, cells.hang_unless_first_cell, "x", timeout_s=3.0)
+    assert run.status == "ok", run.detail  # the fresh world's run is the cell's
+    assert [v["sum"] for v in run.values] == [1.0, 1.0]
+    assert run.note.startswith(f"hung in a warm world after {earlier} other cells had run there")
+    assert "then ran in a fresh world: ok" in run.note
+    assert "timed out after 3 s" in run.first_run and "in barrier" in run.first_run  # nothing lost
+    described = run.described("the check's detail")
+    assert described.splitlines()[:2] == [run.note, "the check's detail"]
+    assert described.endswith(run.first_run)
+    assert set(pool.world("gloo", 2).pids()).isdisjoint(pids)
+
+
+def test_hang_in_a_fresh_world_too_is_a_hang_with_both_runs(pool: WorldPool) -> None:
+    assert pool.run("gloo", 2, cells.ok, None, timeout_s=TIMEOUT_S).status == "ok"  # warm
+    started = pool.started
     run = pool.run("gloo", 2, cells.skip_collective_on_rank1, None, timeout_s=3.0)
-    assert run.status == "hang"
-    assert time.monotonic() - start < 3.0 + 10  # the timeout, the stack dump, the kill
-    assert "timed out after 3 s" in run.detail
-    assert "--- rank 0 output:" in run.detail and "--- rank 1 output:" in run.detail
-    assert "in barrier" in run.detail  # rank 0's stack shows where it waits
-    assert_next_cell_passes_in_a_fresh_world(pool, pids)
+    assert run.status == "hang" and "timed out after 3 s" in run.detail
+    assert "then ran in a fresh world: hang" in run.note and "in barrier" in run.first_run
+    assert pool.started == started + 1  # one rerun, never a second
 
 
 def test_error_on_rank1_comes_first_while_rank0_waits(pool: WorldPool) -> None:
@@ -145,3 +174,28 @@ def test_dtensor_caches_do_not_leak_meshes_between_cells(pool: WorldPool) -> Non
         run = pool.run("gloo", 4, cells.mesh_op, None, timeout_s=30)
         assert run.status == "ok", run.detail
         assert all(v == {"same_mesh": True, "sum": 56.0} for v in run.values)
+
+
+class _RerunPool:
+    """A pool whose every run passed in a fresh world after a hang in a warm one."""
+
+    root = Path(tempfile.gettempdir())
+
+    def run(self, backend, size, fn, arg, *, timeout_s, seed=0, slot=""):  # type: ignore[no-untyped-def]
+        compared = {"keys": 3, "tensors": 2, "elements": 10}
+        values = [{"rank": r, "failures": [], "failure_count": 0, "compared": compared} for r in range(size)]
+        note = "hung in a warm world after 7 other cells had run there, then ran in a fresh world: ok"
+        return CellRun("ok", values, note=note, first_run="timed out after 60 s; STACKS")
+
+
+def test_a_cell_that_passed_after_a_rerun_says_so_first_and_keeps_the_stacks() -> None:
+    from conformance.matrix import cells as matrix_cells
+    from conformance.runner import run_case
+
+    case = next(c for c in matrix_cells("ci", "roundtrip") if c.id == "ddp-sd_full-torch_save-adamw-mlp-w2")
+    result = run_case(_RerunPool(), case, backend="gloo", timeout_s=60)
+    lines = result.detail.splitlines()
+    assert result.outcome.value == "pass" and lines[0].startswith("hung in a warm world after 7"), (
+        result.detail
+    )
+    assert lines[1].startswith("bitwise equal after the round trip") and result.detail.endswith("STACKS")

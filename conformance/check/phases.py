@@ -8,12 +8,12 @@ does not end ok ends the check with that outcome, its detail led by the phase's 
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from conformance.outcome import Outcome
-from conformance.world import CellPool
+from conformance.world import CellPool, CellRun
 from conformance.world.rank import CellFn
 
 STATUS_OUTCOMES = {
@@ -38,6 +38,7 @@ class Phases:
     backend: str
     timeout_s: float
     seed: int
+    reruns: list[tuple[str, CellRun]] = field(default_factory=list)  # phases the pool ran again
 
     def run(self, phase: str, size: int, fn: CellFn, arg: Any, *, other_world: bool = False) -> list[Any]:
         """Every rank's return value, or PhaseError. other_world: in the pool's second world of
@@ -45,8 +46,24 @@ class Phases:
         slot = "other" if other_world else ""
         run = self.pool.run(self.backend, size, fn, arg, timeout_s=self.timeout_s, seed=self.seed, slot=slot)
         if run.status != "ok":
-            raise PhaseError(STATUS_OUTCOMES[run.status], f"{phase} phase, {size} ranks", run.detail)
+            raise PhaseError(
+                STATUS_OUTCOMES[run.status], f"{phase} phase, {size} ranks", run.described(run.detail)
+            )
+        if run.note:
+            self.reruns.append((phase, run))
         return run.values
+
+    def described(self, detail: str) -> str:
+        """The check's detail, led by the note of each phase the pool ran again (a hang in a
+        warm world, see conformance.world.pool), their first runs at the end."""
+        if not self.reruns:
+            return detail
+        notes = [f"[{phase} phase] {run.note}" for phase, run in self.reruns]
+        firsts = [
+            f"--- [{phase} phase] the first run, in the warm world:\n{run.first_run}"
+            for phase, run in self.reruns
+        ]
+        return "\n".join([*notes, detail, *firsts])
 
     def scratch(self) -> Path:
         """Where a checkpoint between phases goes: a path that does not exist yet (the strategy

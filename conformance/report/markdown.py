@@ -99,6 +99,13 @@ def _features(cells: list[CellResult], known: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def warm_world_reruns(results: list[CellResult]) -> list[CellResult]:
+    """The cells (a property: an example) that hung in a warm world and were run again in a
+    fresh one (conformance.world.pool): their outcome is the fresh run's, and the reports say
+    which they are, since a hang that needs a warm world points at leftovers of earlier cells."""
+    return [r for r in results if r.hung_in_a_warm_world]
+
+
 def render_markdown(
     environment: dict[str, Any], cells: list[CellResult], known: Mapping[str, Any] | None = None
 ) -> str:
@@ -139,6 +146,18 @@ def render_markdown(
                 else c.outcome.value
             )
             lines.append(f"- `{c.id}`: {tag}: {first_line(c.detail)}")
+        lines.append("")
+    reruns = warm_world_reruns(ordered)
+    if reruns:
+        lines += [
+            "## Cells that hung in a warm world",
+            "",
+            "Each ran again in a fresh world, and that run is its outcome above; the warm world's "
+            "stacks are at the end of its detail in results.json. A hang that needs a warm world "
+            "points at something an earlier cell left behind.",
+            "",
+        ]
+        lines += [f"- `{c.id}`: {c.outcome.value}: {c.detail.splitlines()[0]}" for c in reruns]
         lines.append("")
     reasons: dict[tuple[str, str], list[str]] = defaultdict(list)
     for c in ordered:

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from conformance.baseline import Baseline, known_failures
-from conformance.outcome import CellResult
+from conformance.outcome import RERUN_NOTE, CellResult
 from conformance.report.html import render_html
-from conformance.report.markdown import render_markdown
+from conformance.report.markdown import render_markdown, warm_world_reruns
 from conformance.report.results import results_document, write_results
 
 
@@ -18,6 +18,14 @@ def outcome_summary(results: list[CellResult]) -> str:
     """ "N cells: 1 crash, 2 pass": the line a run ends with."""
     counts = Counter(r.outcome.value for r in results)
     return f"{len(results)} cells: " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+
+
+def rerun_summary(results: list[CellResult]) -> str | None:
+    """The line under the outcome summary that names them, or None."""
+    reruns = warm_world_reruns(results)
+    if not reruns:
+        return None
+    return f"{len(reruns)} {RERUN_NOTE} and ran again in a fresh one: " + ", ".join(r.id for r in reruns)
 
 
 def write_reports(

@@ -1,14 +1,22 @@
 """The worlds of one pytest process: one live world per (backend, world size, slot), started
 lazily. The slot keeps apart worlds that must not share processes: a resumed run goes to a
-world that never ran the run it resumes."""
+world that never ran the run it resumes.
+
+A warm world is an optimisation, and a cell's outcome must not depend on it: a cell that hangs
+in a world that had run other cells before it runs once more in a fresh world, and that run
+is the cell's, led by a note of the first (RERUN_NOTE) that the reports keep. A cell that hangs
+in a fresh world is a hang (no second try); errors and crashes are never rerun.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from conformance.outcome import RERUN_NOTE
 from conformance.world.rank import CellFn
 from conformance.world.world import CellRun, World, WorldStartError
 
@@ -63,10 +71,18 @@ class WorldPool:
             world = self.world(backend, size, slot)
         except WorldStartError as exc:
             return CellRun("error", detail=f"world could not start: {exc}")
+        earlier = world.cells_run
         run = world.run(fn, arg, timeout_s=timeout_s, seed=seed)
         if not world.alive:
             self._worlds.pop((backend, size, slot), None)
-        return run
+        if run.status != "hang" or not earlier:
+            return run
+        again = self.run(backend, size, fn, arg, timeout_s=timeout_s, seed=seed, slot=slot)
+        note = (
+            f"{RERUN_NOTE} after {earlier} other cells had run there, then ran in a fresh world: "
+            f"{again.status} (the first run's stacks are at the end)"
+        )
+        return dataclasses.replace(again, note=note, first_run=run.detail)
 
     def close(self) -> None:
         for world in self._worlds.values():

@@ -41,6 +41,14 @@ class CellRun:
     values: list[Any] = field(default_factory=list)  # one per rank, when ok
     detail: str = ""
     duration_s: float = 0.0
+    note: str = ""  # one line: how the pool came by this run (a rerun in a fresh world)
+    first_run: str = ""  # the detail of the run this one replaced, kept whole
+
+    def described(self, detail: str) -> str:
+        """A cell's detail, led by the pool's note, the replaced run's detail at the end."""
+        if not self.note:
+            return detail
+        return f"{self.note}\n{detail}\n--- the first run, in the warm world:\n{self.first_run}"
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -164,6 +172,11 @@ class World:
 
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs]
+
+    @property
+    def cells_run(self) -> int:
+        """How many cells this world has been sent so far."""
+        return self._cells
 
     # -- running a cell --------------------------------------------------------------------
     def run(self, fn: CellFn, arg: Any, *, timeout_s: float, seed: int = 0) -> CellRun:
