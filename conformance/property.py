@@ -240,52 +240,48 @@ def run_property(
 def _flaky(prop: Property, record: PropertyRun, axes: dict[str, Any], exc: BaseException) -> CellResult:
     """A configuration that failed once and passed when run again: the failure is the result
     (never a pass), with both runs named."""
-    from conformance.repro import repro_command
-
     failing = [(c, r) for c, r in record.examples if r.outcome in FAILING]
     if not failing:  # hypothesis saw flakiness of its own (e.g. a draw that changed): an error
         detail = f"hypothesis reported the property flaky: {type(exc).__name__}: {exc}"
         return CellResult(prop.id, axes, Outcome.ERROR, detail, sum(r.duration_s for _, r in record.examples))
     cell, result = failing[0]
     again = [r.outcome.value for c, r in record.examples if c.id == cell.id and r is not result]
-    case = cell.save if isinstance(cell, Transfer) else cell
-    detail = (
-        f"flaky configuration: model {case.model}, optimizer {case.optimizer}: {result.outcome.value} on "
-        f"its first run, then {', '.join(again) or 'another outcome'} when hypothesis ran it again (not shrunk)\n"
-        f"  cell: {cell.id}\n"
-        f"  repro: {repro_command(cell.id, cell.check, case.world_size)}\n"
-        f"{result.outcome.value}: {result.detail}"
+    headline = (
+        f"flaky configuration: {{config}}: {result.outcome.value} on its first run, then "
+        f"{', '.join(again) or 'another outcome'} when hypothesis ran it again (not shrunk)"
     )
-    out_axes = {
-        **axes,
-        "minimal_model": case.model,
-        "minimal_optimizer": case.optimizer,
-        "minimal_cell": cell.id,
-    }
-    return CellResult(
-        prop.id, out_axes, result.outcome, detail, sum(r.duration_s for _, r in record.examples)
-    )
+    return _failing_example(prop, record, axes, cell, result, headline)
 
 
 def _falsified(prop: Property, record: PropertyRun, axes: dict[str, Any], shrunk: bool) -> CellResult:
-    from conformance.repro import repro_command
-
     failing = [(c, r) for c, r in record.examples if r.outcome in FAILING]
     cell, result = failing[-1]  # the last failing example hypothesis ran: its shrunk minimum
     # Hypothesis runs the reported example once more at the end (and shrinking may try a
     # configuration twice): count configurations, not runs.
     tried = {c.id for c, _ in record.examples}
     failed = {c.id for c, _ in failing}
-    case = cell.save if isinstance(cell, Transfer) else cell
-    size = case.world_size
     note = (
         "" if shrunk else "; not shrunk: this hypothesis profile has no shrink phase, dev or thorough shrinks"
     )
+    headline = (
+        f"{'minimal' if shrunk else 'first'} failing configuration: {{config}} "
+        f"({len(failed)} of {len(tried)} configurations tried failed{note})"
+    )
+    return _failing_example(prop, record, axes, cell, result, headline)
+
+
+def _failing_example(
+    prop: Property, record: PropertyRun, axes: dict[str, Any], cell: Cell, result: CellResult, headline: str
+) -> CellResult:
+    """The property's result from one failing example: `headline` (its {config} the example's
+    model and optimizer), the cell, its repro command and its detail; minimal_* axes."""
+    from conformance.repro import repro_command
+
+    case = cell.save if isinstance(cell, Transfer) else cell
     detail = (
-        f"{'minimal' if shrunk else 'first'} failing configuration: model {case.model}, optimizer "
-        f"{case.optimizer} ({len(failed)} of {len(tried)} configurations tried failed{note})\n"
+        headline.format(config=f"model {case.model}, optimizer {case.optimizer}") + "\n"
         f"  cell: {cell.id}\n"
-        f"  repro: {repro_command(cell.id, cell.check, size)}\n"
+        f"  repro: {repro_command(cell.id, cell.check, case.world_size)}\n"
         f"{result.outcome.value}: {result.detail}"
     )
     out_axes = {
