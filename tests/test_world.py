@@ -199,3 +199,21 @@ def test_a_cell_that_passed_after_a_rerun_says_so_first_and_keeps_the_stacks() -
         result.detail
     )
     assert lines[1].startswith("bitwise equal after the round trip") and result.detail.endswith("STACKS")
+
+
+def test_a_check_names_each_phase_the_pool_ran_again() -> None:
+    from conformance.check.phases import Phases
+
+    phases = Phases(_RerunPool(), "gloo", 60.0, seed=0)
+    phases.run("save", 2, cells.ok, None)
+    phases.run("load", 1, cells.ok, None)
+    lines = phases.described("the check's detail").splitlines()
+    assert lines[0].startswith("[save phase] hung in a warm world after 7")
+    assert lines[1].startswith("[load phase] hung in a warm world after 7")
+    assert lines[2] == "the check's detail"
+    assert lines[3:] == [
+        "--- [save phase] the first run, in the warm world:",
+        "timed out after 60 s; STACKS",
+        "--- [load phase] the first run, in the warm world:",
+        "timed out after 60 s; STACKS",
+    ]

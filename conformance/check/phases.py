@@ -15,6 +15,7 @@ from typing import Any
 from conformance.outcome import Outcome
 from conformance.world import CellPool, CellRun
 from conformance.world.rank import CellFn
+from conformance.world.world import with_reruns
 
 STATUS_OUTCOMES = {
     "error": Outcome.ERROR,
@@ -56,14 +57,7 @@ class Phases:
     def described(self, detail: str) -> str:
         """The check's detail, led by the note of each phase the pool ran again (a hang in a
         warm world, see conformance.world.pool), their first runs at the end."""
-        if not self.reruns:
-            return detail
-        notes = [f"[{phase} phase] {run.note}" for phase, run in self.reruns]
-        firsts = [
-            f"--- [{phase} phase] the first run, in the warm world:\n{run.first_run}"
-            for phase, run in self.reruns
-        ]
-        return "\n".join([*notes, detail, *firsts])
+        return with_reruns(detail, [(f"[{phase} phase] ", run) for phase, run in self.reruns])
 
     def scratch(self) -> Path:
         """Where a checkpoint between phases goes: a path that does not exist yet (the strategy

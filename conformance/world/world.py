@@ -46,9 +46,19 @@ class CellRun:
 
     def described(self, detail: str) -> str:
         """A cell's detail, led by the pool's note, the replaced run's detail at the end."""
-        if not self.note:
-            return detail
-        return f"{self.note}\n{detail}\n--- the first run, in the warm world:\n{self.first_run}"
+        return with_reruns(detail, [("", self)])
+
+
+def with_reruns(detail: str, runs: list[tuple[str, CellRun]]) -> str:
+    """`detail` led by the note of each (label, run) the pool ran again (a hang in a warm world,
+    conformance.world.pool), the replaced runs' details at the end; runs without a note add
+    nothing. label: what leads that run's lines, e.g. "[save phase] " in a multi-phase check."""
+    reruns = [(label, run) for label, run in runs if run.note]
+    if not reruns:
+        return detail
+    notes = [f"{label}{run.note}" for label, run in reruns]
+    firsts = [f"--- {label}the first run, in the warm world:\n{run.first_run}" for label, run in reruns]
+    return "\n".join([*notes, detail, *firsts])
 
 
 def describe_exit(exitcode: int | None) -> str:
