@@ -1,6 +1,6 @@
 """python -m conformance: the reports from results.json alone, without a re-run.
 
-render RESULTS.json [-o matrix.md]   the Markdown matrix
+render RESULTS.json [-o matrix.md]   the Markdown and HTML matrix, and FINDINGS.md
 diff OLD.json NEW.json               two runs side by side; exit 1 on a regression
 """
 
@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     render.add_argument("results", type=Path)
     render.add_argument("-o", "--output", type=Path, help="default: matrix.md beside the results")
     render.add_argument("--baseline", type=Path, help="mark the failures this baseline expects as known")
+    render.add_argument("--findings", type=Path, help="findings data (default: reports/findings.toml)")
     diff = commands.add_parser("diff", help="compare two results.json: metadata, then changed cells")
     diff.add_argument("old", type=Path)
     diff.add_argument("new", type=Path)
@@ -41,13 +42,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot read the baseline: {exc}", file=sys.stderr)
         return 2
 
+    from conformance.findings import load_findings
+    from conformance.report.findings_md import render_findings
+
+    try:
+        findings = load_findings(args.findings) if args.findings else load_findings()
+    except (OSError, ValueError) as exc:
+        print(f"cannot read the findings: {exc}", file=sys.stderr)
+        return 2
     out = args.output or args.results.with_name("matrix.md")
     ordered = sorted(cells, key=lambda c: c.id)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_markdown(environment, ordered, known))
+    out.write_text(render_markdown(environment, ordered, known, findings))
     page = out.with_suffix(".html")
     page.write_text(render_html(environment, ordered, known))
-    print(f"wrote {out} and {page} ({len(cells)} cells)")
+    written = [out, page]
+    if findings:
+        written.append(out.with_name("FINDINGS.md"))
+        written[-1].write_text(render_findings(environment, ordered, findings))
+    print(f"wrote {', '.join(map(str, written))} ({len(cells)} cells)")
     return 0
 
 

@@ -25,7 +25,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.outcome import FAILING, CellResult, Outcome
+from conformance.findings import Finding, explaining, load_findings
+from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -92,16 +93,18 @@ class Baseline:
 class Verdict:
     """How a cell's outcome stands against its expectation."""
 
-    kind: str  # ok | known | stale | regression | new_failure
+    kind: str  # ok | known | stale | regression | new_failure | harness_error
     message: str = ""
 
     @property
     def fails_the_gate(self) -> bool:
-        return self.kind in ("regression", "new_failure")
+        return self.kind in ("regression", "new_failure", "harness_error")
 
 
 def judge(result: CellResult, expected: Expectation | None) -> Verdict:
     got = result.outcome
+    if got in NEVER_EXPECTED:
+        return Verdict("harness_error", f"{got.value}: a fault of this suite, whatever the baseline says")
     if expected is None:
         if got in FAILING:
             return Verdict("new_failure", f"new {got.value}, no baseline entry")
@@ -140,6 +143,11 @@ def load_baseline(path: Path) -> Baseline:
             raise ValueError(
                 f"{path}: [{cell_id!r}] outcome {entry['outcome']!r} is not one of {[o.value for o in Outcome]}"
             ) from None
+        if outcome in NEVER_EXPECTED:
+            raise ValueError(
+                f"{path}: [{cell_id!r}] outcome {outcome.value!r} is a fault of this suite, never an "
+                "expected outcome of a strategy: fix the harness instead"
+            )
         unknown = set(entry) - {"outcome", "reason", "link", "torch", "backend"}
         if unknown:
             raise ValueError(f"{path}: [{cell_id!r}] has unknown keys {sorted(unknown)}")
@@ -160,12 +168,19 @@ def _toml_string(text: str) -> str:
 
 
 def render_baseline(
-    results: list[CellResult], header: str, profile: str | None = None, previous: Baseline | None = None
+    results: list[CellResult],
+    header: str,
+    profile: str | None = None,
+    previous: Baseline | None = None,
+    findings: list[Finding] | None = None,
 ) -> str:
     """A baseline TOML from a run: the passing cells by id, then an entry per other cell with
-    its outcome and the first line of its detail as the reason (links and conditions of a
-    previous baseline's entries with the same outcome are kept)."""
+    its outcome and, as its reason and link, the finding that explains it (reports/findings.toml),
+    else the first line of its detail (links and conditions of a previous baseline's entries
+    with the same outcome are kept when no finding explains the cell)."""
     from conformance.report.markdown import first_line
+
+    findings = load_findings() if findings is None else findings
 
     lines = [f"# {line}".rstrip() for line in header.splitlines()]
     if profile:
@@ -175,15 +190,21 @@ def render_baseline(
     lines += [f"    {_toml_string(cell_id)}," for cell_id in passes]
     lines.append("]")
     for result in sorted(results, key=lambda r: r.id):
-        if result.outcome is not Outcome.PASS:
+        if result.outcome is not Outcome.PASS and result.outcome not in NEVER_EXPECTED:
             old = previous.entries.get(result.id) if previous else None
-            keep = old is not None and old.outcome == result.outcome
+            found = explaining(result, findings)
+            keep = not found and old is not None and old.outcome == result.outcome
+            reason = old.reason if keep and old else first_line(result.detail)
+            if found:
+                reason = f"{found[0].kind}: {found[0].title} [{found[0].id}]"
             lines += [
                 "",
                 f"[{_toml_string(result.id)}]",
                 f"outcome = {_toml_string(result.outcome.value)}",
-                f"reason = {_toml_string(old.reason if keep and old else first_line(result.detail))}",
+                f"reason = {_toml_string(reason)}",
             ]
+            if found and found[0].link:
+                lines.append(f"link = {_toml_string(found[0].link)}")
             if keep and old:
                 lines += [
                     f"{k} = {_toml_string(v)}"

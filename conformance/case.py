@@ -12,6 +12,9 @@ API_KINDS: dict[str, str] = {
     "sd_full_rank0": "full",  # rank0_only=True
     "sd_full_offload": "full",  # offload_to_cpu=True
     "sd_full_offload_rank0": "full",  # both: the FSDP tutorial's recipe
+    # the optimizer's state offloaded only (FullOptimStateDictConfig(offload_to_cpu=True), its
+    # default), the model's not: where FSDP.optim_state_dict's offload is what differs from sd_full
+    "sd_full_optim_offload": "full",
     "sd_sharded": "sharded",
     "sd_local": "local",
     # FSDP1's older optimizer functions

@@ -177,9 +177,11 @@ class LaunchWorld:
         start = time.monotonic()
         reply = execute_cell(fn, arg, RankContext(self.rank, self.size, backend, self.device, cell_dir, seed))
         try:
-            payload = pickle.dumps((reply.ok, reply.value if reply.ok else reply.error, reply.finished_at))
+            payload = pickle.dumps(
+                (reply.ok, reply.value if reply.ok else reply.error, reply.finished_at, reply.raised_in)
+            )
         except Exception as exc:
-            payload = pickle.dumps((False, f"cell value could not be sent: {exc!r}", reply.finished_at))
+            payload = pickle.dumps((False, f"cell value could not be sent: {exc!r}", reply.finished_at, ""))
         prefix = f"conformance/{self.tag}/run{self.calls}"
         self.store.set(f"{prefix}/rank{self.rank}", payload)
         replies = self._gather(prefix, timeout_s + GRACE_S)
@@ -190,16 +192,19 @@ class LaunchWorld:
                 f"rank(s) {missing} did not answer within {timeout_s + GRACE_S:.0f} s "
                 f"(--case-timeout {timeout_s:.0f} s and {GRACE_S:.0f} s of grace); torchrun restarts the world"
             )
-        failed = sorted((finished, r, text) for r, (ok, text, finished) in replies.items() if not ok)
+        failed = sorted(
+            (finished, r, text, raised) for r, (ok, text, finished, raised) in replies.items() if not ok
+        )
         if failed:
             self.fresh_group()
-            detail = "\n".join(f"rank {r}: {text}" for _, r, text in failed)  # the first to fail leads
-            return CellRun("error", detail=detail, duration_s=duration)
+            detail = "\n".join(f"rank {r}: {text}" for _, r, text, _ in failed)  # the first to fail leads
+            status = "error" if failed[0][3] else "harness-error"
+            return CellRun(status, detail=detail, duration_s=duration, raised_in=failed[0][3])
         return CellRun("ok", values=[replies[r][1] for r in range(self.size)], duration_s=duration)
 
-    def _gather(self, prefix: str, wait_s: float) -> dict[int, tuple[bool, Any, float]]:
+    def _gather(self, prefix: str, wait_s: float) -> dict[int, tuple[bool, Any, float, str]]:
         deadline = time.monotonic() + wait_s
-        replies: dict[int, tuple[bool, Any, float]] = {}
+        replies: dict[int, tuple[bool, Any, float, str]] = {}
         while True:
             for r in range(self.size):
                 key = f"{prefix}/rank{r}"

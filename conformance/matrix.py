@@ -107,6 +107,16 @@ PRECISION_SLICE = Slice(
 )
 
 
+# FSDP.optim_state_dict with the optimizer's state offloaded (its default) against without
+# (sd_full): on CPU, offloading hands back exp_avg equal to exp_avg_sq under use_orig_params.
+OPTIM_OFFLOAD_SLICE = Slice(
+    "FSDP1 optimizer-state offload",
+    (("fsdp1", "full_shard"), ("fsdp1+orig", "full_shard")),
+    ("sd_full", "sd_full_optim_offload"),
+    storages=("torch_save",),
+)
+
+
 RESUME_SLICE = Slice("resume", MAIN_WRAPPERS, MAIN_APIS, optimizers=("adamw+sched",), check="resume")
 # a frozen layer in the optimizer and a never-stepped one: what a resume must carry, at 2 ranks
 RESUME_IDLE_SLICE = dataclasses.replace(
@@ -156,6 +166,7 @@ PROFILES: dict[str, Profile] = {
             (
                 (MAIN_SLICE, (2,)),
                 (OPTIMIZER_SLICE, (2,)),
+                (OPTIM_OFFLOAD_SLICE, (2,)),
                 (RESUME_SLICE, (2,)),
                 (RESUME_IDLE_SLICE, (2,)),
                 (HYGIENE_CI_SLICE, (2,)),

@@ -10,7 +10,10 @@ from typing import Any
 class Outcome(str, enum.Enum):
     PASS = "pass"  # ran, and every compared value was bitwise equal
     FAIL = "fail"  # ran, and the check found a difference
-    ERROR = "error"  # an exception on some rank (the originating rank's traceback first)
+    ERROR = "error"  # the code under test raised on some rank (the originating rank's traceback first)
+    # the harness's own code raised (training, reading or comparing the state, the world's
+    # plumbing): a fault of this suite, never the strategy's outcome; fails every run
+    HARNESS_ERROR = "harness-error"
     CRASH = "crash"  # a rank died: a signal or a non-zero exit
     HANG = "hang"  # the cell outran its timeout; every rank's stack is in the detail
     SKIP = "skip"  # cannot run in this environment (GPUs, ranks, API missing), with reason
@@ -25,7 +28,11 @@ class Outcome(str, enum.Enum):
 RERUN_NOTE = "hung in a warm world"
 
 # The outcomes that fail a run unless a baseline expects them.
-FAILING: frozenset[Outcome] = frozenset({Outcome.FAIL, Outcome.ERROR, Outcome.CRASH, Outcome.HANG})
+FAILING: frozenset[Outcome] = frozenset(
+    {Outcome.FAIL, Outcome.ERROR, Outcome.CRASH, Outcome.HANG, Outcome.HARNESS_ERROR}
+)
+# The outcomes that fail a run whatever a baseline says: they are not the strategy's.
+NEVER_EXPECTED: frozenset[Outcome] = frozenset({Outcome.HARNESS_ERROR})
 
 
 @dataclass(frozen=True)

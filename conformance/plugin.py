@@ -75,6 +75,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--world-start-timeout", type=float, default=120.0, help="seconds for a world to start")
     group.addoption(
+        "--fresh-worlds",
+        action="store_true",
+        help="run every cell (every phase of a check) in a world of its own instead of warm worlds: "
+        "slower; outcomes must be the same either way",
+    )
+    group.addoption(
         "--strategy",
         action="append",
         default=[],
@@ -187,7 +193,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def world_pool(pytestconfig: pytest.Config) -> Iterator[WorldPool]:
-    with WorldPool(start_timeout_s=pytestconfig.getoption("world_start_timeout")) as pool:
+    with WorldPool(
+        start_timeout_s=pytestconfig.getoption("world_start_timeout"),
+        fresh=pytestconfig.getoption("fresh_worlds"),
+    ) as pool:
         yield pool
         pytestconfig.stash[WORLDS_KEY] = pool.started
 
@@ -379,6 +388,12 @@ class ResultCollector:
         if not self.results:
             return  # no cell ran
         results = sorted(self.results, key=lambda r: r.id)
+        if all(r.outcome in (Outcome.SKIP, Outcome.UNSUPPORTED) for r in results):
+            self.gate_lines.append(
+                f"GATE: no cell ran: all {len(results)} selected cells were skipped or unsupported here "
+                "(see the reasons in the reports); a run that tested nothing is not a pass"
+            )
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         env = environment(
             backend=backend,
             world_sizes=sorted({int(r.axes["world_size"]) for r in results}),

@@ -166,7 +166,24 @@ class PropertyRun:
 
     prop: Property
     examples: list[tuple[Cell, CellResult]] = field(default_factory=list)
-    rejected: int = 0
+    rejections: list[CellResult] = field(default_factory=list)  # skipped or unsupported examples
+
+    @property
+    def rejected(self) -> int:
+        return len(self.rejections)
+
+    def none_could_run(self, axes: dict[str, Any], exc: BaseException) -> CellResult:
+        """No example ran: a skip (or unsupported) with the examples' own reason when each was
+        one, never an error of the strategy; a harness-error when hypothesis gave up otherwise."""
+        kinds = {r.outcome for r in self.rejections}
+        if self.rejections and not self.examples and len(kinds) == 1:
+            reasons = sorted({r.detail for r in self.rejections})
+            detail = f"none of the {self.rejected} generated examples can run here: {reasons[0]}"
+            if len(reasons) > 1:
+                detail += f" (and {len(reasons) - 1} other reasons)"
+            return CellResult(self.prop.id, axes, kinds.pop(), detail, 0.0)
+        detail = f"no generated example could run: {exc}"
+        return CellResult(self.prop.id, axes, Outcome.HARNESS_ERROR, detail, 0.0)
 
 
 def run_property(
@@ -193,7 +210,7 @@ def run_property(
         cell = prop.instantiate(model.name, schedule.name)
         result = run_cell(cell)
         if result.outcome in (Outcome.SKIP, Outcome.UNSUPPORTED):
-            record.rejected += 1
+            record.rejections.append(result)
             reject()
         record.examples.append((cell, result))
         if result.outcome in FAILING:
@@ -213,7 +230,7 @@ def run_property(
     try:
         test()
     except Unsatisfiable as exc:
-        return CellResult(prop.id, axes, Outcome.ERROR, f"no generated example could run: {exc}", 0.0)
+        return record.none_could_run(axes, exc)
     except PropertyFailed:
         from hypothesis import Phase
 
@@ -223,8 +240,8 @@ def run_property(
         return _flaky(prop, record, {**axes, "shrunk": False}, exc)
     duration = sum(r.duration_s for _, r in record.examples)
     passed = [cell for cell, r in record.examples if r.outcome is Outcome.PASS]
-    if not passed:  # never a vacuous pass
-        return CellResult(prop.id, axes, Outcome.ERROR, "no example ran to a pass", duration)
+    if not passed:  # never a vacuous pass; and not the strategy's doing
+        return CellResult(prop.id, axes, Outcome.HARNESS_ERROR, "no example ran to a pass", duration)
     models = sorted({(c.save if isinstance(c, Transfer) else c).model for c in passed})
     reruns = [c.id for c, r in record.examples if r.hung_in_a_warm_world]
     rerun_note = (
@@ -243,7 +260,8 @@ def _flaky(prop: Property, record: PropertyRun, axes: dict[str, Any], exc: BaseE
     failing = [(c, r) for c, r in record.examples if r.outcome in FAILING]
     if not failing:  # hypothesis saw flakiness of its own (e.g. a draw that changed): an error
         detail = f"hypothesis reported the property flaky: {type(exc).__name__}: {exc}"
-        return CellResult(prop.id, axes, Outcome.ERROR, detail, sum(r.duration_s for _, r in record.examples))
+        duration = sum(r.duration_s for _, r in record.examples)
+        return CellResult(prop.id, axes, Outcome.HARNESS_ERROR, detail, duration)
     cell, result = failing[0]
     again = [r.outcome.value for c, r in record.examples if c.id == cell.id and r is not result]
     headline = (

@@ -114,7 +114,7 @@ def run_case(
     registered: RegisteredStrategy | None = None,
 ) -> CellResult:
     """Run one cell of any check and say how it ended. A fault of the harness itself (in this
-    process) is the cell's error too, with its traceback: never a lost cell. `registered`: the
+    process) is the cell's harness-error, with its traceback: never a lost cell. `registered`: the
     strategy of a cell of a registered strategy; its declaration decides what is unsupported,
     and its factory replaces `strategy_factory`."""
     start = time.monotonic()
@@ -134,9 +134,9 @@ def run_case(
 
 
 def harness_error(cell_id: str, axes: dict[str, object], duration_s: float) -> CellResult:
-    """The exception being handled, a fault of the harness itself, as the cell's error."""
+    """The exception being handled, a fault of the harness itself, as the cell's harness-error."""
     detail = "harness error (in the pytest process, not on a rank):\n" + traceback.format_exc()
-    return CellResult(cell_id, axes, Outcome.ERROR, detail, duration_s)
+    return CellResult(cell_id, axes, Outcome.HARNESS_ERROR, detail, duration_s)
 
 
 def _run_case(

@@ -259,11 +259,16 @@ def build_optimizer(
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler | None]:
     spec = optimizer_spec(name)
     frozen_too = has_idle_parameters(model)
-    params = [p for p in model.parameters() if p.requires_grad or frozen_too]
-    if spec.groups:  # matrices decay, vectors (biases, norms) do not and learn faster
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad or frozen_too]
+    params = [p for _, p in named]
+    if spec.groups:
+        # By the parameter's original name, the same on every wrapper: weights decay, biases do
+        # not and learn faster. Never by shape: FSDP1's use_orig_params parameters are 1-D views
+        # of the flat parameter once wrapped (documented), which left group 0 empty.
+        decays = [name.rsplit(".", 1)[-1] != "bias" for name, _ in named]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2]},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "lr": 2e-2},
+            {"params": [p for p, d in zip(params, decays) if d]},
+            {"params": [p for p, d in zip(params, decays) if not d], "weight_decay": 0.0, "lr": 2e-2},
         ]
     else:
         groups = [{"params": params}]

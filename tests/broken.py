@@ -269,6 +269,21 @@ class SwallowsLoadErrors(Delegating):
             self.base.load(state, path, ctx)
 
 
+class LoadLeavesHarnessUnableToRead(SwallowsLoadErrors):
+    """The load "succeeds" (errors swallowed) and leaves a model the harness cannot read, as
+    a DTensor whose mesh names a process group that no longer exists made the harness's
+    full_tensor() raise after a load (torch 2.11, a warm world). The harness's exception
+    must never pass a corrupt cell as "the load raised"."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        super().load(state, path, ctx)
+
+        def unreadable(*args, **kwargs):  # type: ignore[no-untyped-def]
+            raise RuntimeError("Could not resolve the process group registered under the name 7")
+
+        state.model.parameters = unreadable  # the harness's next read of the model raises
+
+
 def _factory(cls: type[Delegating], name: str):  # type: ignore[no-untyped-def]
     """A module-level factory Case -> Strategy, picklable by its name in this module."""
 
@@ -298,6 +313,9 @@ leaves_stale_gradients = _factory(LeavesStaleGradients, "leaves_stale_gradients"
 drops_optimizer_on_reshard = _factory(DropsOptimizerOnReshard, "drops_optimizer_on_reshard")
 saves_ddp_prefix = _factory(SavesDdpPrefix, "saves_ddp_prefix")
 saves_no_model_tensors = _factory(SavesNoModelTensors, "saves_no_model_tensors")
+load_leaves_harness_unable_to_read = _factory(
+    LoadLeavesHarnessUnableToRead, "load_leaves_harness_unable_to_read"
+)
 swallows_load_errors = _factory(SwallowsLoadErrors, "swallows_load_errors")
 
 

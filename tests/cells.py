@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import time
@@ -11,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from conformance.world import RankContext
+from conformance.world.attribution import code_under_test
 
 
 def ok(ctx: RankContext, arg: Any) -> dict[str, Any]:
@@ -47,10 +49,13 @@ def hang_unless_first_cell(ctx: RankContext, arg: Any) -> dict[str, Any]:
 
 
 def raise_on_rank1(ctx: RankContext, arg: Any) -> None:
+    """Rank 1's code under test raises (arg: True), or the harness's own code does (False)."""
     if ctx.rank == 1:
         time.sleep(0.2)
-        raise ValueError("rank one broke on purpose")
-    dist.barrier()  # rank 0 waits for rank 1, then fails on its own
+        with code_under_test("strategy.load") if arg else contextlib.nullcontext():
+            raise ValueError("rank one broke on purpose")
+    with code_under_test("strategy.load"):
+        dist.barrier()  # rank 0 waits for rank 1, then fails on its own (later: not the cause)
 
 
 def leak_state(ctx: RankContext, arg: Any) -> dict[str, Any]:
@@ -60,6 +65,9 @@ def leak_state(ctx: RankContext, arg: Any) -> dict[str, Any]:
         "grad": torch.is_grad_enabled(),
         "dtype": str(torch.get_default_dtype()),
         "groups": len(dist.distributed_c10d._world.pg_map),
+        # named as in a fresh process: a DeviceMesh unpickled from a checkpoint finds its
+        # groups by these names
+        "first_group_name": dist.new_group(list(range(ctx.world_size))).group_name,
         "cwd": os.getcwd(),
     }
     torch.manual_seed(12345)
@@ -90,3 +98,23 @@ def mesh_op(ctx: RankContext, arg: Any) -> dict[str, Any]:
     mesh = init_device_mesh("cpu", (2, ctx.world_size // 2))
     doubled = distribute_tensor(torch.arange(8.0).reshape(4, 2), mesh, [Replicate(), Shard(0)]) * 2
     return {"same_mesh": doubled.device_mesh is mesh, "sum": doubled.full_tensor().sum().item()}
+
+
+def save_dtensor(ctx: RankContext, directory: str) -> None:
+    """A DTensor on a mesh over a group of its own (as FSDP2's world mesh is where CUDA is
+    available and the backend is gloo), saved per rank with torch.save: its DeviceMesh pickles
+    the group's name."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = DeviceMesh.from_group(dist.new_group(list(range(ctx.world_size))), "cpu")
+    tensor = distribute_tensor(torch.arange(4.0), mesh, [Shard(0)])
+    torch.save(tensor, f"{directory}/rank{ctx.rank}.pt")
+
+
+def load_dtensor(ctx: RankContext, directory: str) -> list[float]:
+    """Another cell: its own mesh group first (as a fresh model's wrapping makes one), then the
+    saved DTensor, gathered through the group its mesh names."""
+    dist.new_group(list(range(ctx.world_size)))
+    tensor = torch.load(f"{directory}/rank{ctx.rank}.pt", weights_only=False)
+    return tensor.full_tensor().tolist()

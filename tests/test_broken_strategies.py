@@ -261,6 +261,23 @@ def test_a_refusal_passes_only_when_the_load_raises(pool: WorldPool) -> None:
     assert "after the load, sanity: rank 1's parameter #0 differs from replica rank 0's" in swallowed.detail
 
 
+def test_a_harness_fault_after_the_load_never_passes_a_corrupt_cell(pool: WorldPool) -> None:
+    """The corrupt check passes only when the strategy's load raised: here the load swallows
+    its error and the harness's own read of the model raises afterwards (as the harness's
+    full_tensor() did on torch 2.11). That is the suite's fault, reported as such."""
+    cell = _check(DDP, "corrupt", "truncated")
+    result = run_case(
+        pool, cell, backend="gloo", timeout_s=60, strategy_factory=broken.load_leaves_harness_unable_to_read
+    )
+    assert result.outcome is Outcome.HARNESS_ERROR, result.detail
+    assert "the harness raised" in result.detail
+    assert "RuntimeError first in the harness's own code" in result.detail
+    control = run_case(pool, cell, backend="gloo", timeout_s=60, strategy_factory=builtin_strategy)
+    assert control.outcome is Outcome.PASS, control.detail
+    assert "the load raised, as it must" in control.detail
+    assert "first in strategy.load" in control.detail
+
+
 def test_empty_model_checkpoint_fails_hygiene_loudly(pool: WorldPool) -> None:
     result = run_case(
         pool,

@@ -134,3 +134,17 @@ def test_a_pass_says_how_many_examples_passed_only_in_a_fresh_world() -> None:
     result = run_property(Property(BASE), run_cell, "gloo", settings=settings(FEW, max_examples=3))
     assert result.outcome is Outcome.PASS, result.detail
     assert f"3 of them {RERUN_NOTE} and passed in a fresh one, e.g. fsdp2-" in result.detail
+
+
+def test_a_property_none_of_whose_examples_can_run_here_is_a_skip_with_the_reason() -> None:
+    """As on a one-GPU machine with nccl: every example a skip ("needs 2 GPUs for nccl")."""
+    reason = "needs 2 GPUs for nccl, 1 visible"
+
+    def skipped(cell):  # type: ignore[no-untyped-def]
+        from conformance.outcome import CellResult
+
+        return CellResult(cell.id, cell.axes(), Outcome.SKIP, reason, 0.0)
+
+    result = run_property(Property(BASE), skipped, "nccl", settings=FEW)
+    assert result.outcome is Outcome.SKIP, result.detail
+    assert reason in result.detail and "none of the" in result.detail

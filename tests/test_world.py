@@ -98,13 +98,25 @@ def test_hang_in_a_fresh_world_too_is_a_hang_with_both_runs(pool: WorldPool) -> 
 
 
 def test_error_on_rank1_comes_first_while_rank0_waits(pool: WorldPool) -> None:
-    run = pool.run("gloo", 2, cells.raise_on_rank1, None, timeout_s=TIMEOUT_S)
+    run = pool.run("gloo", 2, cells.raise_on_rank1, True, timeout_s=TIMEOUT_S)
     assert run.status == "error"
-    assert run.detail.startswith("rank 1 raised ValueError first:")
+    assert run.raised_in == "strategy.load"
+    assert run.detail.startswith("rank 1 raised ValueError first in strategy.load:")
     assert "rank one broke on purpose" in run.detail.split("--- then")[0]
     assert run.duration_s < TIMEOUT_S
     after = pool.run("gloo", 2, cells.ok, None, timeout_s=TIMEOUT_S)
     assert after.status == "ok", after.detail
+
+
+def test_harness_error_first_is_a_harness_error_whatever_the_code_under_test_did_after(
+    pool: WorldPool,
+) -> None:
+    # rank 1's harness code raises first; rank 0's code under test fails after it (its peer is
+    # gone): the cause is the harness's, and so is the status
+    run = pool.run("gloo", 2, cells.raise_on_rank1, False, timeout_s=TIMEOUT_S)
+    assert run.status == "harness-error", run.detail
+    assert run.raised_in == ""
+    assert run.detail.startswith("rank 1 raised ValueError first in the harness's own code:")
 
 
 def test_cells_are_isolated_from_each_other() -> None:
@@ -131,6 +143,19 @@ def _assert_isolated(pool: WorldPool) -> None:
     assert first.values[0]["groups"] == 1  # the sub-group the first cell made is gone
 
 
+def test_a_dtensor_saved_in_one_cell_loads_in_a_later_cell_as_in_a_fresh_world(pool: WorldPool) -> None:
+    """A warm world names a cell's groups as a fresh process does, so a DeviceMesh unpickled
+    from a checkpoint finds its group by name whichever cells ran before (torch 2.11 on a GPU
+    machine: "Could not resolve the process group registered under the name 7")."""
+    assert pool.run("gloo", 2, cells.leak_state, None, timeout_s=TIMEOUT_S).status == "ok"  # groups made
+    directory = tempfile.mkdtemp(dir=pool.root)
+    saved = pool.run("gloo", 2, cells.save_dtensor, directory, timeout_s=TIMEOUT_S)
+    assert saved.status == "ok", saved.detail
+    loaded = pool.run("gloo", 2, cells.load_dtensor, directory, timeout_s=TIMEOUT_S)
+    assert loaded.status == "ok", loaded.detail
+    assert loaded.values == [[0.0, 1.0, 2.0, 3.0]] * 2
+
+
 def test_world_of_one_rank(pool: WorldPool) -> None:
     run = pool.run("gloo", 1, cells.ok, None, timeout_s=TIMEOUT_S)
     assert run.status == "ok"
@@ -146,16 +171,16 @@ def test_closing_leaves_no_process_and_no_files(tmp_path) -> None:  # type: igno
     assert not directory.exists()  # FileStore and logs removed
 
 
-def test_unpicklable_cell_value_is_an_error_not_a_dead_world(pool: WorldPool) -> None:
+def test_unpicklable_cell_value_is_a_harness_error_not_a_dead_world(pool: WorldPool) -> None:
     run = pool.run("gloo", 2, cells.unpicklable, None, timeout_s=TIMEOUT_S)
-    assert run.status == "error"
+    assert run.status == "harness-error"  # the world's plumbing, not code under test
     assert "could not be sent" in run.detail
     assert pool.run("gloo", 2, cells.ok, None, timeout_s=TIMEOUT_S).status == "ok"
 
 
-def test_cell_the_ranks_cannot_import_is_an_error(pool: WorldPool) -> None:
+def test_cell_the_ranks_cannot_import_is_a_harness_error(pool: WorldPool) -> None:
     run = pool.run("gloo", 2, cells.ok, cells.Unimportable(), timeout_s=TIMEOUT_S)
-    assert run.status == "error"
+    assert run.status == "harness-error"
     assert "No module named 'no_such_module_anywhere'" in run.detail
     assert pool.run("gloo", 2, cells.ok, None, timeout_s=TIMEOUT_S).status == "ok"
 

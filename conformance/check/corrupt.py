@@ -1,8 +1,9 @@
 """The corrupt check: a damaged checkpoint must make the strategy's load raise, in time.
 
 The strategy saves in its world; the harness damages what was written (the variant); a
-fresh world of the same size loads it. Raising on some rank passes, and the error goes into
-the detail so people can judge whether it is clear. Loading "successfully" fails the cell
+fresh world of the same size loads it. The strategy's load raising on some rank (first, in
+`load` or `load_before_wrap`) passes, and the error goes into the detail so people can judge
+whether it is clear; an exception anywhere else (wrapping, or the harness) never does. Loading "successfully" fails the cell
 (with other values or not), and so do a hang and a crash.
 
 Variants (which apply depends on the storage, see matrix.VARIANTS):
@@ -26,6 +27,7 @@ from conformance.check.phases import PhaseError, Phases
 from conformance.check.roundtrip import StrategyFactory
 from conformance.check.transfer import LoadSpec, SaveSpec, load_phase, save_phase
 from conformance.outcome import Outcome
+from conformance.strategy.under_test import LOADING_CALLS
 
 FLIP = 16
 OTHER_MODEL = "mlp_reshaped"
@@ -116,8 +118,10 @@ def execute(phases: Phases, case: Case, factory: StrategyFactory) -> tuple[Outco
             LoadSpec(load_case, str(directory), saved[0]["expected"], factory),
         )
     except PhaseError as exc:
-        if exc.outcome is Outcome.ERROR:
+        if exc.raised_by(*LOADING_CALLS):
             return Outcome.PASS, f"the load raised, as it must ({done}):\n{exc.detail}"
+        if exc.outcome is Outcome.HARNESS_ERROR:  # whether the load raised is not known
+            return exc.outcome, f"{done}; then the harness raised:\n{exc.detail}"
         return exc.outcome, f"{done}; the load did not raise but:\n{exc.detail}"
     differences = [p for value in loaded for p in value["problems"]] + loaded[0]["failures"]
     if differences:

@@ -28,6 +28,7 @@ from conformance.check.snapshot import Snapshot
 from conformance.check.transfer import SaveSpec, save_phase
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
+from conformance.strategy.under_test import strategy_under_test
 from conformance.training import build_model
 from conformance.world import RankContext
 
@@ -92,7 +93,7 @@ def hygiene_problems(state: dict[str, Any], plain: torch.nn.Module, expected: Sn
 
 
 def inspect_phase(ctx: RankContext, spec: InspectSpec) -> dict[str, Any]:
-    strategy = spec.strategy_factory(spec.case)
+    strategy = strategy_under_test(spec.strategy_factory, spec.case)
     state = strategy.read_model_state(Path(spec.directory))  # type: ignore[attr-defined]
     plain = build_model(spec.case.model, seed=0, rank=0, world_size=spec.case.world_size)
     problems = hygiene_problems(state, plain, spec.expected)

@@ -19,6 +19,7 @@ from conformance.world.world import with_reruns
 
 STATUS_OUTCOMES = {
     "error": Outcome.ERROR,
+    "harness-error": Outcome.HARNESS_ERROR,
     "crash": Outcome.CRASH,
     "hang": Outcome.HANG,
     "skip": Outcome.SKIP,
@@ -26,11 +27,17 @@ STATUS_OUTCOMES = {
 
 
 class PhaseError(Exception):
-    """A phase ended with an error, crash or hang; `detail` is the world's, led by the phase."""
+    """A phase ended with an error, harness error, crash or hang; `detail` is the world's, led
+    by the phase."""
 
-    def __init__(self, outcome: Outcome, phase: str, detail: str) -> None:
+    def __init__(self, outcome: Outcome, phase: str, detail: str, raised_in: str = "") -> None:
         super().__init__(f"[{phase}] {detail}")
         self.outcome, self.phase, self.detail = outcome, phase, f"[{phase}] {detail}"
+        self.raised_in = raised_in  # an error: the call under test it escaped from
+
+    def raised_by(self, *calls: str) -> bool:
+        """Whether the phase ended in an error of the code under test, in one of `calls`."""
+        return self.outcome is Outcome.ERROR and self.raised_in in calls
 
 
 @dataclass
@@ -48,7 +55,10 @@ class Phases:
         run = self.pool.run(self.backend, size, fn, arg, timeout_s=self.timeout_s, seed=self.seed, slot=slot)
         if run.status != "ok":
             raise PhaseError(
-                STATUS_OUTCOMES[run.status], f"{phase} phase, {size} ranks", run.described(run.detail)
+                STATUS_OUTCOMES[run.status],
+                f"{phase} phase, {size} ranks",
+                run.described(run.detail),
+                run.raised_in,
             )
         if run.note:
             self.reruns.append((phase, run))

@@ -31,6 +31,7 @@ from conformance.check.roundtrip import (
 from conformance.check.snapshot import count_elements, full_state, local_state
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
+from conformance.strategy.under_test import strategy_under_test
 from conformance.training import TRAIN_STEPS, train, train_steps
 from conformance.world import RankContext
 
@@ -55,7 +56,7 @@ def _finish(state: Any, case: Case, ctx: RankContext) -> dict[str, Any]:
 
 
 def run_a(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
-    strategy = spec.strategy_factory(spec.case)
+    strategy = strategy_under_test(spec.strategy_factory, spec.case)
     state = fresh_state(strategy, spec.case, ctx, seed=ctx.seed)
     train(
         state.model,
@@ -80,7 +81,7 @@ def _bits(x: float) -> bytes:
 def run_b(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
     assert spec.reference is not None
     case, path = spec.case, Path(spec.directory)
-    strategy = spec.strategy_factory(case)
+    strategy = strategy_under_test(spec.strategy_factory, case)
     state = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, preload=preload_hook(strategy, path, ctx))
     strategy.load(state, path, ctx)
     got = _finish(state, case, ctx)

@@ -5,12 +5,12 @@ optimizer state; the fresh model must differ from the trained one before the loa
 that does nothing fails); and the state is read by the harness itself, never through the
 strategy's own state-dict code.
 
-Buffers (BatchNorm running stats) are per rank under FSDP and not synced, so what a rank
-must get back depends on where the checkpoint keeps them:
-- one file written by rank 0: rank 0's copy, on every rank;
-- per-rank files: each rank its own copy;
-- a DCP directory: DCP stores a plain tensor once, from the rank its de-duplication picks;
-  every rank must get that same copy back, and it must be one rank's saved copy.
+Buffers (BatchNorm running stats) are per rank under FSDP and not synced, so which copy a
+rank gets back depends on where the checkpoint keeps them (one file written by rank 0: rank
+0's; per-rank files: its own; a DCP directory: the one copy its de-duplication kept). One rule
+holds for every strategy and storage, built-in or registered, without knowing which: after
+the load, each rank's buffer is bitwise one rank's saved copy of it. A load that leaves the
+fresh buffers, or any other values, fails.
 """
 
 from __future__ import annotations
@@ -28,15 +28,18 @@ from conformance.check.sanity import sharding_problems
 from conformance.check.snapshot import Snapshot, count_elements, full_state, local_state
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.protocol import Strategy, TrainState
+from conformance.strategy.under_test import strategy_under_test
 from conformance.training import build_model, build_optimizer, train, train_steps
 from conformance.world import RankContext
+from conformance.world.attribution import Verdict
 
 StrategyFactory = Callable[[Case], Strategy]
 MAX_REPORTED = 8
 
 
-class VacuousCheckError(AssertionError):
-    """The check would have nothing to compare: a pass would mean nothing."""
+class VacuousCheckError(Verdict):
+    """The check would have nothing to compare: a pass would mean nothing. A verdict about the
+    code under test (the cell's error), not a fault of the harness."""
 
 
 @dataclass(frozen=True)
@@ -105,28 +108,26 @@ def _buffers(snapshot: Snapshot) -> Snapshot:
     return {k: v for k, v in snapshot.items() if k.startswith("buffer/")}
 
 
-def expected_buffers(case: Case, ctx: RankContext, before: Snapshot, after: Snapshot) -> Snapshot:
-    """What each buffer must be after the load on this rank (see the module doc). A collective."""
+def expected_buffers(ctx: RankContext, before: Snapshot, after: Snapshot) -> Snapshot:
+    """What each buffer must be after the load on this rank (see the module doc): one rank's
+    saved copy of it, bitwise; the copy this rank got when it got one, else its own (which then
+    fails, naming the difference). The same rule for every strategy and storage. A collective."""
     mine = _buffers(before)
-    if case.storage == "torch_save_per_rank" or not mine:
+    if not mine:
         return mine
     everyone: list[Snapshot] = [{} for _ in range(ctx.world_size)]
     dist.all_gather_object(everyone, mine)
-    if case.storage != "dcp":
-        return everyone[0]
-    loaded = [_buffers(after)]
-    dist.broadcast_object_list(loaded, src=0)
     expected = {}
-    for key, value in everyone[0].items():
-        got = loaded[0].get(key)
+    for key, value in mine.items():
+        got = after.get(key)
         kept = [r[key] for r in everyone if got is not None and not compare_states({key: r[key]}, {key: got})]
-        expected[key] = kept[0] if kept else value  # no rank's copy: compared against rank 0's, and fails
+        expected[key] = kept[0] if kept else value
     return expected
 
 
 def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     case, sharded = spec.case, flat_sharded(spec.case, ctx.world_size)
-    strategy = spec.strategy_factory(case)
+    strategy = strategy_under_test(spec.strategy_factory, case)
 
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
     train(trained.model, trained.optim, trained.scheduler, ctx, case.model, steps=train_steps(case.optimizer))
@@ -157,7 +158,7 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     fresh = load_checkpoint(strategy, case, ctx, path, fresh)
     after_local = local_state(fresh.model, fresh.optim, fresh.scheduler)
     after_full = full_state(fresh.model, fresh.optim, fresh.scheduler, ctx, sharded=sharded)
-    buffers = expected_buffers(case, ctx, before_local, after_local)
+    buffers = expected_buffers(ctx, before_local, after_local)
     expected_local = {**before_local, **buffers}
 
     if ctx.rank == 0:

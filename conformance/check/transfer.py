@@ -34,6 +34,7 @@ from conformance.check.sanity import sharding_problems
 from conformance.check.snapshot import Snapshot, count_elements
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
+from conformance.strategy.under_test import LOADING_CALLS, strategy_under_test
 from conformance.training import build_model, train, train_steps
 from conformance.world import RankContext
 
@@ -69,7 +70,7 @@ def _canonical(state: Any, case: Case, ctx: RankContext) -> Snapshot | None:
 
 def save_phase(ctx: RankContext, spec: SaveSpec) -> dict[str, Any]:
     case = spec.case
-    strategy = spec.strategy_factory(case)
+    strategy = strategy_under_test(spec.strategy_factory, case)
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
     train(trained.model, trained.optim, trained.scheduler, ctx, case.model, steps=train_steps(case.optimizer))
     problems = sharding_problems(case, ctx, trained.model)
@@ -80,7 +81,7 @@ def save_phase(ctx: RankContext, spec: SaveSpec) -> dict[str, Any]:
 
 def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
     case, path = spec.case, Path(spec.directory)
-    strategy = spec.strategy_factory(case)
+    strategy = strategy_under_test(spec.strategy_factory, case)
     fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1)
     before = _canonical(fresh, case, ctx)
     if before is not None:  # rank 0
@@ -123,7 +124,7 @@ def execute(phases: Phases, transfer: Transfer, refusal: str | None, factory: St
             "load", load.world_size, load_phase, LoadSpec(load, directory, saved[0]["expected"], factory)
         )
     except PhaseError as exc:
-        if refusal and exc.outcome is Outcome.ERROR and not problems:
+        if refusal and exc.raised_by(*LOADING_CALLS) and not problems:
             return Outcome.PASS, f"refused, as it must ({refusal}):\n{exc.detail}"
         return exc.outcome, exc.detail
     rank0 = loaded[0]

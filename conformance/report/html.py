@@ -38,19 +38,22 @@ COLOURS = {
     "hang": "#f0b27a",
     "skip": "#e6e6e6",
     "unsupported": "#d9d9f3",
+    "harness-error": "#b0b0b0",
 }
 SUPPORT_COLOURS = {
     "yes": COLOURS["pass"],
     "partial": "#f6f0b0",
     "no": COLOURS["fail"],
     "unknown": "#ffffff",
+    "harness": COLOURS["harness-error"],  # the word "harness error": classes take its first word
 }
 LEGEND = {
     "pass": "every compared value bitwise equal (or, for corrupt, the damaged load raised)",
     "refused": "reshard / interop: cannot load by design, and the load raised, as it must",
     "known": "a failure the baseline expects: its reason and link are shown",
     "fail": "ran, and something differs; the detail names key, rank, dtype and first index",
-    "error": "an exception on some rank; the originating rank's error first",
+    "error": "the strategy's calls raised on some rank; the originating rank's error first",
+    "harness-error": "the suite's own code raised: a fault of this suite, no verdict on the strategy",
     "crash": "a rank died (signal or exit code)",
     "hang": "over the cell timeout; every rank's stack is in the detail",
     "skip": "cannot run in this environment, with the reason",

@@ -10,19 +10,23 @@ from typing import Any
 
 from tabulate import tabulate
 
-from conformance.outcome import FAILING, CellResult, Outcome
+from conformance.findings import Finding, explaining
+from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome
 from conformance.report.tables import (
     FEATURES,
     NO_FEATURE_CELLS,
     SUPPORT_WORDS,
     Table,
     check_table,
+    config,
     feature_table,
 )
 
 LEGEND = (
     "pass: every compared value bitwise equal after the round trip. "
-    "FAIL: a difference (see below). ERROR: an exception on some rank. "
+    "FAIL: a difference (see below). ERROR: the strategy's calls raised on some rank. "
+    "HARNESS-ERROR: the suite's own code raised, a fault of the suite and no result (listed first, "
+    "never expected by a baseline, counted neither way; the feature word is 'harness error'). "
     "CRASH: a rank died (signal or exit code). HANG: over the cell timeout. "
     "skip: cannot run in this environment. unsupported: not supported by design, never a pass. "
     "refused (reshard, interop): cannot load by design, and the load raised, as it must (counted as passed). "
@@ -30,8 +34,9 @@ LEGEND = (
     "unknown (feature table): nothing of this run tests it, never a no. "
     "An empty cell: that column is not in this profile for the row. [passed/run]: passes of the cells "
     "that ran (unsupported and skipped cells are not counted either way). "
-    "Buffers (per rank under FSDP): after a load from one rank-0 file every rank must hold rank 0's copy; "
-    "from per-rank files its own; from DCP the one copy DCP kept."
+    "Buffers (per rank under FSDP, not synced): after a load every rank must hold, bitwise, one rank's "
+    "saved copy (from one rank-0 file that is rank 0's, from per-rank files its own, from DCP the copy DCP "
+    "kept); the same rule for every strategy, built-in or registered."
 )
 
 
@@ -82,8 +87,16 @@ def _markdown(table: Table) -> str:
     return tabulate(shown, headers=headers, tablefmt="github")
 
 
-def _features(cells: list[CellResult], known: Mapping[str, Any]) -> list[str]:
-    table = feature_table(cells, known)
+def _deprecated(cells: list[CellResult], findings: list[Finding]) -> set[str]:
+    """The strategies (feature-table rows) whose cells call a deprecated API (a finding says)."""
+    marked = [f for f in findings if f.kind == "deprecated API"]
+    return {config(c) for c in cells if any(f.explains(c) for f in marked)}
+
+
+def _features(cells: list[CellResult], known: Mapping[str, Any], findings: list[Finding]) -> list[str]:
+    headers, rows = feature_table(cells, known)
+    deprecated = _deprecated(cells, findings)
+    table = (headers, [[f"{r[0]} (deprecated API)" if r[0] in deprecated else r[0], *r[1:]] for r in rows])
     return [
         "## Features by strategy",
         "",
@@ -99,6 +112,23 @@ def _features(cells: list[CellResult], known: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def harness_errors(cells: list[CellResult]) -> list[str]:
+    """The section that comes first when the suite itself failed: these cells have no result."""
+    faults = sorted((c for c in cells if c.outcome in NEVER_EXPECTED), key=lambda c: c.id)
+    if not faults:
+        return []
+    return [
+        "## Harness errors: faults of this suite, not results",
+        "",
+        f"{len(faults)} cells did not get a verdict: the suite's own code raised (training, reading "
+        "or comparing the state, the world's plumbing), not the strategy's calls. They fail every "
+        "run whatever the baseline says and count neither way in the tables below.",
+        "",
+        *(f"- `{c.id}`: {first_line(c.detail)}" for c in faults),
+        "",
+    ]
+
+
 def warm_world_reruns(results: list[CellResult]) -> list[CellResult]:
     """The cells (a property: an example) that hung in a warm world and were run again in a
     fresh one (conformance.world.pool): their outcome is the fresh run's, and the reports say
@@ -107,10 +137,15 @@ def warm_world_reruns(results: list[CellResult]) -> list[CellResult]:
 
 
 def render_markdown(
-    environment: dict[str, Any], cells: list[CellResult], known: Mapping[str, Any] | None = None
+    environment: dict[str, Any],
+    cells: list[CellResult],
+    known: Mapping[str, Any] | None = None,
+    findings: list[Finding] | None = None,
 ) -> str:
-    """`known`: cell id -> baseline.Expectation of the failures a baseline expects."""
+    """`known`: cell id -> baseline.Expectation of the failures a baseline expects; `findings`:
+    what explains the non-passes (FINDINGS.md beside this file)."""
     known = known or {}
+    findings = findings or []
     by_check: dict[str, list[CellResult]] = defaultdict(list)
     for cell in cells:
         by_check[str(cell.axes.get("check", "roundtrip"))].append(cell)
@@ -130,12 +165,19 @@ def render_markdown(
         LEGEND,
         "",
     ]
-    lines += _features(cells, known)
+    if findings:
+        lines += [
+            "What each non-pass is (bug, documented limitation, deprecated API, pitfall), with its "
+            "upstream record and a reproduction without this suite: [FINDINGS.md](FINDINGS.md).",
+            "",
+        ]
+    lines += harness_errors(cells)
+    lines += _features(cells, known, findings)
     for check in [c for c in CHECK_TITLES if c in by_check] + sorted(set(by_check) - set(CHECK_TITLES)):
         table = _markdown(check_table(check, by_check[check], known))
         lines += [f"## {CHECK_TITLES.get(check, check)}", "", table, ""]
     ordered = sorted(cells, key=lambda c: c.id)
-    problems = [c for c in ordered if c.outcome in FAILING]
+    problems = [c for c in ordered if c.outcome in FAILING and c.outcome not in NEVER_EXPECTED]
     if problems:
         lines += ["## Cells that did not pass", ""]
         for c in problems:
@@ -145,7 +187,8 @@ def render_markdown(
                 if entry
                 else c.outcome.value
             )
-            lines.append(f"- `{c.id}`: {tag}: {first_line(c.detail)}")
+            why = "".join(f" [{f.kind}: {f.id}]" for f in explaining(c, findings))
+            lines.append(f"- `{c.id}`: {tag}{why}: {first_line(c.detail)}")
         lines.append("")
     reruns = warm_world_reruns(ordered)
     if reruns:

@@ -1,6 +1,7 @@
 """The tables both renderers show, as plain data (headers, rows of words): the per-check grids
 (the square save x load grid among them) and the feature x strategy table in the style of
-MDN's browser-compat tables. Markdown and HTML only decide how a word looks."""
+MDN's browser-compat tables. Markdown and HTML only decide how a word looks. A harness-error
+is never a result of the strategy: it counts neither way, and a feature with one says so."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ Table = tuple[list[str], list[list[str]]]
 
 REFUSED = "refused, as it must"  # how a transfer that cannot load by design and raised begins
 NOT_RUN = (Outcome.SKIP, Outcome.UNSUPPORTED)
+# Not a result of the strategy: counted neither way ([passed/run], the feature words).
+NOT_A_RESULT = (*NOT_RUN, Outcome.HARNESS_ERROR)
 
 
 def word(cell: CellResult, known: Mapping[str, Any] | None = None) -> str:
@@ -48,12 +51,12 @@ def grid(
     body = []
     for key in sorted(rows):
         by_col = rows[key]
-        ran = [c for c in by_col.values() if c.outcome not in NOT_RUN]
+        ran = [c for c in by_col.values() if c.outcome not in NOT_A_RESULT]
         entries = [word(by_col[col], known) if col in by_col else "" for col in columns]
         body.append([*key, *entries, f"[{sum(map(passed, ran))}/{len(ran)}]"])
     totals = []
     for col in columns:
-        ran = [r[col] for r in rows.values() if col in r and r[col].outcome not in NOT_RUN]
+        ran = [r[col] for r in rows.values() if col in r and r[col].outcome not in NOT_A_RESULT]
         totals.append(f"[{sum(map(passed, ran))}/{len(ran)}]")
     body.append([*("" for _ in row_headers[:-1]), "passed/run", *totals, ""])
     return [*row_headers, *columns, "passed/run"], body
@@ -160,6 +163,7 @@ SUPPORT_WORDS = {
     "unsupported": "the feature is not supported by design for this strategy",
     "skip": "its cells cannot run in this environment (see the reasons)",
     "unknown": "the run has no cell for it: not tested, which is not a no",
+    "harness error": "the suite itself failed on a cell of it: no verdict on the strategy until it is fixed",
 }
 
 
@@ -167,6 +171,8 @@ def support(cells: list[CellResult], known: Mapping[str, Any]) -> str:
     """One word for how a strategy does on one feature, over the cells that test it."""
     if not cells:
         return "unknown"
+    if any(c.outcome is Outcome.HARNESS_ERROR for c in cells):
+        return "harness error"
     ran = [c for c in cells if c.outcome not in NOT_RUN]
     if not ran:
         return "skip" if any(c.outcome is Outcome.SKIP for c in cells) else "unsupported"

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from conformance.baseline import Baseline, known_failures
-from conformance.outcome import RERUN_NOTE, CellResult
+from conformance.findings import Finding, load_findings
+from conformance.outcome import NEVER_EXPECTED, RERUN_NOTE, CellResult
+from conformance.report.findings_md import render_findings
 from conformance.report.html import render_html
 from conformance.report.markdown import render_markdown, warm_world_reruns
 from conformance.report.results import results_document, write_results
@@ -17,7 +19,9 @@ from conformance.report.results import results_document, write_results
 def outcome_summary(results: list[CellResult]) -> str:
     """ "N cells: 1 crash, 2 pass": the line a run ends with."""
     counts = Counter(r.outcome.value for r in results)
-    return f"{len(results)} cells: " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+    first = [o.value for o in NEVER_EXPECTED if o.value in counts]  # the suite's own faults lead
+    order = first + sorted(set(counts) - set(first))
+    return f"{len(results)} cells: " + ", ".join(f"{counts[outcome]} {outcome}" for outcome in order)
 
 
 def rerun_summary(results: list[CellResult]) -> str | None:
@@ -29,10 +33,19 @@ def rerun_summary(results: list[CellResult]) -> str | None:
 
 
 def write_reports(
-    out: Path, env: dict[str, Any], results: list[CellResult], baseline: Baseline | None = None
+    out: Path,
+    env: dict[str, Any],
+    results: list[CellResult],
+    baseline: Baseline | None = None,
+    findings: list[Finding] | None = None,
 ) -> None:
+    """results.json, matrix.md, matrix.html, and FINDINGS.md when there are findings
+    (default: reports/findings.toml of this checkout)."""
     results = sorted(results, key=lambda r: r.id)
+    findings = load_findings() if findings is None else findings
     write_results(out / "results.json", results_document(env, results))
     known = known_failures(results, baseline)
-    (out / "matrix.md").write_text(render_markdown(env, results, known))
+    (out / "matrix.md").write_text(render_markdown(env, results, known, findings))
     (out / "matrix.html").write_text(render_html(env, results, known))
+    if findings:
+        (out / "FINDINGS.md").write_text(render_findings(env, results, findings))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from conformance.case import Case
@@ -16,6 +17,7 @@ from conformance.strategy.protocol import (
 from conformance.strategy.state_apis import (
     DistributedStateDict,
     Fsdp1StateDict,
+    KnowsTheModel,
     LegacyFullOptim,
     LegacyShardedOptim,
     PlainStateDict,
@@ -62,6 +64,7 @@ STATE_APIS: dict[str, dict[str, StateApi]] = {
         "sd_full_rank0": Fsdp1StateDict("full", rank0_only=True),
         "sd_full_offload": Fsdp1StateDict("full", offload_to_cpu=True),
         "sd_full_offload_rank0": Fsdp1StateDict("full", offload_to_cpu=True, rank0_only=True),
+        "sd_full_optim_offload": Fsdp1StateDict("full", optim_offload_to_cpu=True),
         "sd_sharded": Fsdp1StateDict("sharded"),
         "sd_local": Fsdp1StateDict("local"),
         "legacy_full_scatter": LegacyFullOptim("scatter"),
@@ -89,6 +92,8 @@ def builtin_strategy(case: Case) -> Strategy:
         storage = STORAGES[case.storage]
     except KeyError as exc:
         raise ValueError(f"no built-in strategy for {case.id}: unknown {exc}") from None
+    if isinstance(api, KnowsTheModel):  # rekey_optim_state_dict takes the non-wrapped model
+        api = dataclasses.replace(api, model=case.model)
     if hasattr(api, "before_wrap"):
         return PreloadingStrategy(wrapper, api, storage)
     return ComposedStrategy(wrapper, api, storage)

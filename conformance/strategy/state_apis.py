@@ -3,13 +3,41 @@
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from conformance.strategy.protocol import StateDict
 from conformance.strategy.wrappers import unwrap
+from conformance.training import build_model
+
+
+@dataclass(frozen=True)
+class KnowsTheModel:
+    """A state-dict API that needs a non-wrapped model of the cell's architecture (its
+    parameter names and order) for FSDP.rekey_optim_state_dict, whose documentation takes the
+    non-wrapped model. builtin_strategy binds `model` to the cell's."""
+
+    model: str = field(default="", kw_only=True)
+
+    def nonwrapped(self) -> nn.Module:
+        if not self.model:
+            raise ValueError(f"{type(self).__name__} needs the cell's model name (builtin_strategy binds it)")
+        return build_model(self.model, seed=0)
+
+    def by_name(self, osd: StateDict) -> StateDict:
+        """An optimizer state dict keyed by parameter index (a plain `optimizer.state_dict()`,
+        as DDP or a plain module saves it) re-keyed by parameter name, the documented
+        conversion before FSDP1 or get/set_state_dict can load it
+        (`rekey_optim_state_dict(osd, OptimStateKeyType.PARAM_NAME, nonwrapped_model)`); a
+        dict keyed by name is returned as it is."""
+        if not osd or not all(isinstance(k, int) for k in osd.get("state", {})):
+            return osd
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import OptimStateKeyType
+
+        return FSDP.rekey_optim_state_dict(osd, OptimStateKeyType.PARAM_NAME, self.nonwrapped())
 
 
 @dataclass(frozen=True)
@@ -25,12 +53,17 @@ class PlainStateDict:
 
 
 @dataclass(frozen=True)
-class Fsdp1StateDict:
+class Fsdp1StateDict(KnowsTheModel):
     """FSDP1's state_dict_type context, plus FSDP.optim_state_dict / optim_state_dict_to_load."""
 
     kind: str  # full | sharded | local
     offload_to_cpu: bool = False
     rank0_only: bool = False
+    optim_offload_to_cpu: bool | None = None  # the optimizer's own offload; None: as the model's
+
+    @property
+    def _optim_offload(self) -> bool:
+        return self.offload_to_cpu if self.optim_offload_to_cpu is None else self.optim_offload_to_cpu
 
     def _context(self, model: nn.Module) -> AbstractContextManager[object]:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -43,7 +76,7 @@ class Fsdp1StateDict:
                 StateDictType.FULL_STATE_DICT,
                 fsdp_api.FullStateDictConfig(offload_to_cpu=self.offload_to_cpu, rank0_only=self.rank0_only),
                 fsdp_api.FullOptimStateDictConfig(
-                    offload_to_cpu=self.offload_to_cpu, rank0_only=self.rank0_only
+                    offload_to_cpu=self._optim_offload, rank0_only=self.rank0_only
                 ),
             )
         if self.kind == "sharded":
@@ -68,11 +101,11 @@ class Fsdp1StateDict:
 
         with self._context(model):
             model.load_state_dict(state["model"])
-            optim.load_state_dict(FSDP.optim_state_dict_to_load(model, optim, state["optim"]))
+            optim.load_state_dict(FSDP.optim_state_dict_to_load(model, optim, self.by_name(state["optim"])))
 
 
 @dataclass(frozen=True)
-class DistributedStateDict:
+class DistributedStateDict(KnowsTheModel):
     """torch.distributed.checkpoint.state_dict: get_state_dict / set_state_dict.
 
     broadcast_from_rank0: on load only rank 0 passes the state; set_state_dict broadcasts it.
@@ -110,23 +143,27 @@ class DistributedStateDict:
             rank0 = dist.get_rank() == 0
             set_model_state_dict(model, state["model"] if rank0 else {}, options=self._options(loading=True))
             set_optimizer_state_dict(
-                model, optim, state["optim"] if rank0 else {}, options=self._options(loading=True)
+                model,
+                optim,
+                self.by_name(state["optim"]) if rank0 else {},
+                options=self._options(loading=True),
             )
             return
         set_state_dict(
             model,
             optim,
             model_state_dict=state["model"],
-            optim_state_dict=state["optim"],
+            optim_state_dict=self.by_name(state["optim"]),
             options=self._options(loading=True),
         )
 
 
 @dataclass(frozen=True)
-class LegacyFullOptim:
+class LegacyFullOptim(KnowsTheModel):
     """FSDP1's older full optimizer functions, as in the widely copied FSDP tutorial: the model
     under FULL_STATE_DICT; the optimizer through full_optim_state_dict (rank 0), re-keyed to
-    parameter ids like a plain optimizer.state_dict(); on load re-keyed back to names, then
+    parameter ids like a plain optimizer.state_dict() with the non-wrapped model, as
+    rekey_optim_state_dict's docstring does; on load re-keyed back to names the same way, then
     scatter_full_optim_state_dict (rank 0 holds it, scatters) or shard_full_optim_state_dict
     (every rank holds it)."""
 
@@ -142,8 +179,8 @@ class LegacyFullOptim:
         with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, config):
             model_sd = model.state_dict()
         osd = FSDP.full_optim_state_dict(model, optim)  # rank 0 only; {} elsewhere
-        if osd:
-            osd = FSDP.rekey_optim_state_dict(osd, OptimStateKeyType.PARAM_ID, model, optim=optim)
+        if osd:  # as documented: "loadable to a non-wrapped model"
+            osd = FSDP.rekey_optim_state_dict(osd, OptimStateKeyType.PARAM_ID, self.nonwrapped())
         return {"model": model_sd, "optim": osd}
 
     def set(self, model: nn.Module, optim: torch.optim.Optimizer, state: StateDict) -> None:
@@ -153,8 +190,8 @@ class LegacyFullOptim:
 
         self._load_model(model, state)
         osd = state["optim"]
-        if osd:
-            osd = FSDP.rekey_optim_state_dict(osd, OptimStateKeyType.PARAM_NAME, model, optim=optim)
+        if osd:  # as documented: keyed by the non-wrapped model's names, then sharded
+            osd = FSDP.rekey_optim_state_dict(osd, OptimStateKeyType.PARAM_NAME, self.nonwrapped())
         if self.load_with == "scatter":
             sharded = FSDP.scatter_full_optim_state_dict(
                 osd if dist.get_rank() == 0 else None, model, optim=optim

@@ -41,9 +41,15 @@ class CellPool(Protocol):
 
 
 class WorldPool:
-    def __init__(self, root: Path | None = None, *, start_timeout_s: float = 120.0) -> None:
+    """fresh: every run (every cell, every phase of a check) in a world of its own, closed
+    after it (`--fresh-worlds`): slower, and the reference a warm world must agree with."""
+
+    def __init__(
+        self, root: Path | None = None, *, start_timeout_s: float = 120.0, fresh: bool = False
+    ) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="conformance-worlds-", dir=root))
         self.start_timeout_s = start_timeout_s
+        self.fresh = fresh
         self._worlds: dict[tuple[str, int, str], World] = {}
         self.started = 0  # worlds started, restarts after a crash included
 
@@ -70,9 +76,11 @@ class WorldPool:
         try:
             world = self.world(backend, size, slot)
         except WorldStartError as exc:
-            return CellRun("error", detail=f"world could not start: {exc}")
+            return CellRun("harness-error", detail=f"world could not start: {exc}")
         earlier = world.cells_run
         run = world.run(fn, arg, timeout_s=timeout_s, seed=seed)
+        if self.fresh:
+            world.close()
         if not world.alive:
             self._worlds.pop((backend, size, slot), None)
         if run.status != "hang" or not earlier:

@@ -18,11 +18,13 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from conformance.world.attribution import raised_in
 
 CellFn = Callable[[Any, Any], Any]  # (RankContext, arg) -> picklable value
 
@@ -44,6 +46,12 @@ class RankReply:
     error: str  # formatted traceback when not ok
     error_type: str
     finished_at: float  # time.monotonic(), system-wide on Linux: orders errors across ranks
+    raised_in: str = ""  # the call under test the error escaped from; "" for the harness's own
+
+    @property
+    def under_test(self) -> bool:
+        """Whether the error is the code under test's (see conformance.world.attribution)."""
+        return bool(self.raised_in)
 
 
 def reset_globals(seed: int) -> None:
@@ -93,6 +101,39 @@ def _destroy_subgroups() -> None:
                 dist.destroy_process_group(pg)
 
 
+@contextlib.contextmanager
+def groups_as_in_a_fresh_process(tag: str) -> Iterator[None]:
+    """The cell's process groups named as a fresh process names them, rendezvousing under keys
+    of their own.
+
+    torch names a group by a counter (`_world.group_count`) that only the default group's
+    destruction resets, and a DeviceMesh pickled into a checkpoint (a DTensor saved with
+    torch.save) finds its groups again by those names when it is loaded. Left alone, the names
+    a warm world's cell got depended on the cells before it: a DTensor loaded there resolved a
+    name no group had ("Could not resolve the process group registered under the name 7",
+    torch 2.11), where a fresh world, naming its groups in the same order as the world that
+    saved, found them. So the counter starts where a fresh process's does, after the default
+    group. A name used again must not meet the last cell's rendezvous keys (a group's store is
+    the default group's under the group's name; gloo would dial the dead group's addresses:
+    "connectFullMesh failed ... Connection refused"), so the cell's groups get the default
+    store under `tag`, a prefix unique to the cell and the same on every rank."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _world
+
+    default = dist.group.WORLD if dist.is_initialized() else None
+    if default is None:
+        yield
+        return
+    backend, store = _world.pg_map[default]
+    _world.pg_map[default] = (backend, dist.PrefixStore(f"{tag}/", store))
+    _world.group_count = 1  # the default group took the first name ("0"), as in a fresh process
+    try:
+        yield
+    finally:
+        if dist.is_initialized() and dist.group.WORLD is default:
+            _world.pg_map[default] = (backend, store)
+
+
 def execute_cell(fn: CellFn, arg: Any, ctx: Any) -> RankReply:
     """Run one cell function on this rank, then reset what a cell may have changed. When it
     raises, the default group is torn down at once: a peer blocked in a collective with this
@@ -104,12 +145,21 @@ def execute_cell(fn: CellFn, arg: Any, ctx: Any) -> RankReply:
     reset_globals(ctx.seed)
     cwd = os.getcwd()
     try:
-        value = fn(ctx, arg)
+        with groups_as_in_a_fresh_process(ctx.cell_dir.name):
+            value = fn(ctx, arg)
         reply = RankReply(ctx.rank, True, value, "", "", time.monotonic())
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        reply = RankReply(ctx.rank, False, None, traceback.format_exc(), type(exc).__name__, time.monotonic())
+        reply = RankReply(
+            ctx.rank,
+            False,
+            None,
+            traceback.format_exc(),
+            type(exc).__name__,
+            time.monotonic(),
+            raised_in(exc) or "",
+        )
         traceback.clear_frames(exc.__traceback__)
         del exc
         gc.collect()

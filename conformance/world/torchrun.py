@@ -116,7 +116,10 @@ def _collect(job_dir: Path, size: int, returncode: int, output: str, duration: f
         path = job_dir / f"rank{rank}.pkl"
         if path.exists():
             replies[rank] = pickle.loads(path.read_bytes())
-    errors = [f"rank {r}: {text}" for r, (ok, text) in sorted(replies.items()) if not ok]
+    failed = sorted(
+        (finished, r, text, raised) for r, (ok, text, finished, raised) in replies.items() if not ok
+    )
+    errors = [f"rank {r}: {text}" for _, r, text, _ in failed]  # the first to fail leads
     if len(replies) < size:  # a rank died: that is the cause, the others' errors follow from it
         missing = sorted(set(range(size)) - set(replies))
         detail = f"rank(s) {missing} died (torchrun exit {returncode}):\n{_tail(output)}"
@@ -124,7 +127,8 @@ def _collect(job_dir: Path, size: int, returncode: int, output: str, duration: f
             detail += "\n\nsecondary errors of the other ranks:\n" + "\n".join(errors)
         return CellRun("crash", detail=detail, duration_s=duration)
     if errors:
-        return CellRun("error", detail="\n".join(errors), duration_s=duration)
+        status = "error" if failed[0][3] else "harness-error"
+        return CellRun(status, detail="\n".join(errors), duration_s=duration, raised_in=failed[0][3])
     return CellRun("ok", values=[replies[r][1] for r in range(size)], duration_s=duration)
 
 
@@ -157,7 +161,11 @@ def rank_main(job_path: Path) -> int:
     dist.init_process_group(job.backend)
     ctx = RankContext(rank, size, job.backend, device, Path(job.cell_dir), job.seed)
     reply = execute_cell(job.fn, job.arg, ctx)  # a rank that raises tears its group down
-    answer = (True, reply.value) if reply.ok else (False, reply.error)
+    answer = (
+        (True, reply.value, reply.finished_at, "")
+        if reply.ok
+        else (False, reply.error, reply.finished_at, reply.raised_in)
+    )
     (job_path.parent / f"rank{rank}.pkl").write_bytes(pickle.dumps(answer))
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -9,6 +9,7 @@ whole and must not be used again; the pool starts a fresh one for the next cell.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pickle
 import shutil
@@ -34,14 +35,16 @@ class WorldStartError(RuntimeError):
 
 @dataclass(frozen=True)
 class CellRun:
-    """How a cell ended in the world. status: ok | error | crash | hang, or skip when the pool
-    cannot be that world (a torchrun launch of another size)."""
+    """How a cell ended in the world. status: ok | error (the code under test raised first) |
+    harness-error (the harness's own code raised first, or the world could not start) | crash
+    | hang, or skip when the pool cannot be that world (a torchrun launch of another size)."""
 
     status: str
     values: list[Any] = field(default_factory=list)  # one per rank, when ok
     detail: str = ""
     duration_s: float = 0.0
     note: str = ""  # one line: how the pool came by this run (a rerun in a fresh world)
+    raised_in: str = ""  # error: the call under test the first error escaped from
     first_run: str = ""  # the detail of the run this one replaced, kept whole
 
     def described(self, detail: str) -> str:
@@ -59,6 +62,11 @@ def with_reruns(detail: str, runs: list[tuple[str, CellRun]]) -> str:
     notes = [f"{label}{run.note}" for label, run in reruns]
     firsts = [f"--- {label}the first run, in the warm world:\n{run.first_run}" for label, run in reruns]
     return "\n".join([*notes, detail, *firsts])
+
+
+def where(reply: RankReply) -> str:
+    """Whose code raised, for the first line of an error: the call under test, or the harness."""
+    return f" in {reply.raised_in}" if reply.under_test else " in the harness's own code"
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -209,7 +217,7 @@ class World:
         except OSError:
             pass  # a dead rank: its socket reads as EOF below, a crash
         run, unfinished = self._collect(t0, timeout_s, offsets)
-        run = CellRun(run.status, run.values, run.detail, time.monotonic() - t0)
+        run = dataclasses.replace(run, duration_s=time.monotonic() - t0)
         self._fresh_group = run.status != "ok"
         if run.status in ("crash", "hang") or unfinished:
             self.kill()  # a rank still inside the cell would pair its collectives with the next
@@ -244,7 +252,9 @@ class World:
         errors = sorted((r for r in replies.values() if not r.ok), key=lambda r: r.finished_at)
         missing = [r for r in range(self.size) if r not in replies]
         if errors:
-            return CellRun("error", detail=self._error_detail(errors, missing, offsets)), bool(missing)
+            status = "error" if errors[0].under_test else "harness-error"
+            detail = self._error_detail(errors, missing, offsets)
+            return CellRun(status, detail=detail, raised_in=errors[0].raised_in), bool(missing)
         if missing:
             return CellRun(
                 "hang",
@@ -256,10 +266,10 @@ class World:
 
     def _error_detail(self, errors: list[RankReply], missing: list[int], offsets: dict[int, int]) -> str:
         first, rest = errors[0], errors[1:]
-        lines = [f"rank {first.rank} raised {first.error_type} first:", first.error.rstrip()]
+        lines = [f"rank {first.rank} raised {first.error_type} first{where(first)}:", first.error.rstrip()]
         for other in rest:
             lines += [
-                f"--- then rank {other.rank} raised {other.error_type}:",
+                f"--- then rank {other.rank} raised {other.error_type}{where(other)}:",
                 _tail(other.error.rstrip(), 1500),
             ]
         text = "\n".join(lines)
