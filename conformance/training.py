@@ -14,6 +14,7 @@ from torch import nn
 
 from conformance.generated import MODEL_PREFIX, ScheduleSpec, generated_model, is_generated_optimizer
 from conformance.world import RankContext
+from conformance.world.attribution import code_under_test
 
 TRAIN_STEPS = 3
 BATCH = 4
@@ -294,8 +295,11 @@ def train(
     for step in range(start_step, start_step + steps):
         gen = torch.Generator().manual_seed(ctx.seed * 1_000_003 + ctx.rank * 1009 + step)
         x, y = (t.to(ctx.device) for t in cls.batch(gen))  # type: ignore[attr-defined]
-        loss = cls.loss(model(x), y)  # type: ignore[attr-defined]
-        loss.backward()
+        # the wrapped model is the strategy's: its forward and backward run the wrapper's hooks
+        # (FSDP's lazy init and checks, DDP's reducer), code under test
+        with code_under_test("the wrapped model's forward and backward"):
+            loss = cls.loss(model(x), y)  # type: ignore[attr-defined]
+            loss.backward()
         optim.step()
         optim.zero_grad(set_to_none=True)
         if scheduler is not None:

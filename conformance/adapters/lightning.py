@@ -143,7 +143,7 @@ class FabricFsdp(FabricStrategy):
 
 class FabricModelParallel(FabricStrategy):
     """FSDP2 through Fabric's ModelParallelStrategy: the parallelize function applies
-    fully_shard to every Linear and the root on the 1-D data-parallel mesh Fabric builds."""
+    fully_shard to the model's wrap units and the root on the 1-D data-parallel mesh Fabric builds."""
 
     def make(self, ctx: RankContext) -> Any:
         from lightning.fabric.strategies import ModelParallelStrategy
@@ -162,11 +162,16 @@ class FabricModelParallel(FabricStrategy):
 
 
 def fully_shard_linears(model: nn.Module, device_mesh: Any) -> nn.Module:
+    """fully_shard on the model's wrap units (every Linear unless the model names others, as
+    the built-in FSDP2 wrapper does), then the root. Sharding every Linear of the tied model
+    split its tied head from the embedding: FSDP2 refuses that ("use fully_shard([module_a,
+    module_b])"), a fault of this parallelize function, not of Fabric."""
     from torch.distributed.fsdp import fully_shard
 
     mesh = device_mesh["data_parallel"]
+    units = tuple(getattr(model, "wrap_units", (nn.Linear,)))
     for module in list(model.modules())[1:]:
-        if isinstance(module, nn.Linear):
+        if isinstance(module, units):
             fully_shard(module, mesh=mesh)
     return fully_shard(model, mesh=mesh)
 
