@@ -270,3 +270,28 @@ def test_cells_that_hung_in_a_warm_world_are_listed_with_their_outcome() -> None
     assert rerun_summary([rerun, plain]) == f"1 hung in a warm world and ran again in a fresh one: {rerun.id}"
     assert rerun_summary([plain]) is None
     assert "hung in a warm world" not in render_markdown(ENV, [plain])
+
+
+def test_a_harness_error_is_a_regression_never_expected_and_listed_first(tmp_path: Path) -> None:
+    from conformance.baseline import Expectation, judge, load_baseline, render_baseline
+    from conformance.report.diff import diff_runs
+    from conformance.report.markdown import render_markdown
+    from conformance.report.write import outcome_summary
+
+    fault = _named("h", Outcome.HARNESS_ERROR, "rank 0 raised RuntimeError first in the harness's own code:")
+    diff = diff_runs(
+        [_named("h", Outcome.FAIL), _named("s", Outcome.SKIP)], [fault, _named("s", Outcome.SKIP)]
+    )
+    assert [(a.id, b.outcome) for a, b in diff.regressed] == [("h", Outcome.HARNESS_ERROR)]
+    assert judge(fault, Expectation(Outcome.HARNESS_ERROR)).fails_the_gate  # whatever a baseline says
+    assert judge(fault, None).fails_the_gate
+    path = tmp_path / "b.toml"
+    path.write_text('["h"]\noutcome = "harness-error"\n')
+    with pytest.raises(ValueError, match="fault of this suite"):
+        load_baseline(path)
+    assert '["h"]' not in render_baseline([fault], "header", findings=[])  # never written as expected
+    cells = [_named("a", Outcome.PASS), fault]
+    assert outcome_summary(cells).startswith("2 cells: 1 harness-error, 1 pass")
+    page = render_markdown(ENV, cells)
+    assert page.index("## Harness errors") < page.index("## Features by strategy")
+    assert "Cells that did not pass" not in page  # not listed as the strategy's non-pass

@@ -30,8 +30,10 @@ class RunDiff:
 
 
 def _rank(outcome: Outcome) -> int:
-    """pass > unsupported/skip > fail > error > hang > crash, for 'better or worse'."""
+    """pass > unsupported/skip > fail > error > hang > crash > harness-error, for 'better or
+    worse' (a harness-error is no result at all: anything else is better)."""
     return {
+        Outcome.HARNESS_ERROR: -1,
         Outcome.PASS: 5,
         Outcome.UNSUPPORTED: 4,
         Outcome.SKIP: 4,
@@ -51,7 +53,7 @@ def diff_runs(old: list[CellResult], new: list[CellResult]) -> RunDiff:
         a, b = before[cell_id], after[cell_id]
         if a.outcome == b.outcome:
             continue
-        if a.outcome is Outcome.PASS:
+        if a.outcome is Outcome.PASS or b.outcome is Outcome.HARNESS_ERROR:
             out.regressed.append((a, b))
         elif b.outcome is Outcome.PASS:
             out.improved.append((a, b))

@@ -1,0 +1,80 @@
+"""Findings as data: every bug has a standalone reproduction that still reproduces, and the
+reports and the baseline say which finding explains which cell."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.baseline import render_baseline
+from conformance.findings import FINDINGS_PATH, load_findings
+from conformance.outcome import CellResult, Outcome
+from conformance.report.findings_md import render_findings
+
+ROOT = Path(__file__).resolve().parent.parent
+FINDINGS = load_findings()
+BUGS = [f for f in FINDINGS if f.kind == "bug"]
+
+
+def test_the_published_findings_are_valid_and_every_bug_has_a_script() -> None:
+    assert FINDINGS_PATH.exists() and BUGS
+    for finding in BUGS:
+        script = ROOT / finding.repro
+        assert script.exists(), f"{finding.id}: no {finding.repro}"
+        text = script.read_text()
+        assert "conformance" not in text.replace("reports/findings", ""), f"{finding.repro} uses the suite"
+        assert finding.torch, f"{finding.id}: the torch versions it was seen on"
+
+
+@pytest.mark.parametrize("finding", BUGS, ids=lambda f: f.id)
+def test_each_bug_still_reproduces_without_the_suite(finding) -> None:  # type: ignore[no-untyped-def]
+    missing = [name for name in finding.frameworks if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"{finding.repro} needs {missing}")
+    proc = subprocess.run(
+        [sys.executable, finding.repro], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    out = proc.stdout + proc.stderr
+    if proc.returncode == 0:
+        pytest.fail(f"{finding.id} no longer reproduces on this torch: update reports/findings.toml\n{out}")
+    assert proc.returncode == 1 and "BUG PRESENT" in out, out  # 2: the script itself failed
+
+
+def _cell(cell_id: str, outcome: Outcome, detail: str) -> CellResult:
+    return CellResult(cell_id, {"world_size": 2}, outcome, detail, 0.1)
+
+
+BETAS = "3 differences after the round trip:\nfull state: param_groups/0/betas: type drift: expected tuple"
+
+
+def test_a_finding_explains_its_cells_only_and_never_a_harness_error() -> None:
+    betas = next(f for f in FINDINGS if f.id == "dsd-full-betas-list")
+    assert betas.explains(_cell("fsdp2-dsd_full-dcp-adamw-mlp-w2", Outcome.FAIL, BETAS))
+    assert not betas.explains(_cell("fsdp2-dsd_full-dcp-adamw-mlp-w2", Outcome.FAIL, "values differ"))
+    assert not betas.explains(_cell("fsdp2-dsd_sharded-dcp-adamw-mlp-w2", Outcome.FAIL, BETAS))
+    assert not betas.explains(_cell("fsdp2-dsd_full-dcp-adamw-mlp-w2", Outcome.HARNESS_ERROR, BETAS))
+
+
+def test_findings_md_and_the_baseline_name_the_finding_and_list_what_none_explains() -> None:
+    cells = [
+        _cell("fsdp2-dsd_full-dcp-adamw-mlp-w2", Outcome.FAIL, BETAS),
+        _cell("fsdp2-dsd_sharded-dcp-adamw-mlp-w2", Outcome.FAIL, "param/x: values differ"),
+        _cell("fsdp2-dsd_sharded-dcp-sgd-mlp-w2", Outcome.PASS, "bitwise equal"),
+    ]
+    page = render_findings({"torch": "2.13.0"}, cells, FINDINGS)
+    section = page.split("## Non-passes no finding explains")[1]
+    assert "fsdp2-dsd_sharded-dcp-adamw-mlp-w2" in section and "fsdp2-dsd_full" not in section
+    assert "python reports/findings/repro/dsd_full_betas_list.py" in page
+    toml = render_baseline(cells, "header", "ci", findings=FINDINGS)
+    assert 'reason = "bug: get/set_state_dict with full_state_dict turns' in toml
+
+
+def test_a_bug_without_a_reproduction_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "findings.toml"
+    bad.write_text('[[finding]]\nid = "x"\ntitle = "t"\nkind = "bug"\nsummary = "s"\ncells = ["*"]\n')
+    with pytest.raises(ValueError, match="standalone reproduction"):
+        load_findings(bad)
