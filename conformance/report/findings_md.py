@@ -22,11 +22,9 @@ def _cells(cells: list[CellResult]) -> list[str]:
 
 def _finding(finding: Finding, cells: list[CellResult]) -> list[str]:
     lines = [f"### {finding.title}", "", f"`{finding.id}`, {finding.kind}. {finding.summary}", ""]
-    if finding.upstream or finding.upstream_status:
-        links = ", ".join(finding.upstream) or "none found"
-        lines.append(
-            f"- upstream: {links}" + (f" ({finding.upstream_status})" if finding.upstream_status else "")
-        )
+    status = [", ".join(finding.upstream), finding.upstream_status]
+    if any(status):
+        lines.append("- upstream: " + "; ".join(part for part in status if part))
     if finding.torch:
         lines.append(f"- seen on torch {', '.join(finding.torch)}")
     if finding.repro:
