@@ -48,6 +48,7 @@ from typing import IO, Any
 
 from conformance.case import Case, Transfer
 from conformance.outcome import CellResult, Outcome
+from conformance.world.attribution import error_status
 from conformance.world.rank import CellFn, execute_cell
 from conformance.world.world import CellRun
 
@@ -198,7 +199,7 @@ class LaunchWorld:
         if failed:
             self.fresh_group()
             detail = "\n".join(f"rank {r}: {text}" for _, r, text, _ in failed)  # the first to fail leads
-            status = "error" if failed[0][3] else "harness-error"
+            status = error_status(failed[0][3])
             return CellRun(status, detail=detail, duration_s=duration, raised_in=failed[0][3])
         return CellRun("ok", values=[replies[r][1] for r in range(self.size)], duration_s=duration)
 

@@ -31,13 +31,13 @@ from conformance.strategy.protocol import Strategy, TrainState
 from conformance.strategy.under_test import strategy_under_test
 from conformance.training import build_model, build_optimizer, train, train_steps
 from conformance.world import RankContext
-from conformance.world.attribution import Verdict
+from conformance.world.attribution import CheckVerdict
 
 StrategyFactory = Callable[[Case], Strategy]
 MAX_REPORTED = 8
 
 
-class VacuousCheckError(Verdict):
+class VacuousCheckError(CheckVerdict):
     """The check would have nothing to compare: a pass would mean nothing. A verdict about the
     code under test (the cell's error), not a fault of the harness."""
 

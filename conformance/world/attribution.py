@@ -6,7 +6,7 @@ the world's plumbing). An exception of the first kind is the cell's `error`; one
 second is a `harness-error`, a fault of this suite that must never read as the strategy's
 outcome. Code under test runs inside `code_under_test(...)`, which marks what escapes it;
 everything unmarked is the harness's. A check's own verdict that a cell cannot mean anything
-(`Verdict`, e.g. "the fresh model already equals the trained one") is about the code under
+(`CheckVerdict`, e.g. "the fresh model already equals the trained one") is about the code under
 test too, and counts as its error.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 _MARK = "_conformance_raised_in"
 
 
-class Verdict(AssertionError):
+class CheckVerdict(AssertionError):
     """Raised by a check on purpose, about the code under test: the cell is its error."""
 
 
@@ -39,6 +39,12 @@ def code_under_test(call: str) -> Iterator[None]:
 def raised_in(exc: BaseException) -> str | None:
     """The call under test an exception escaped from (or "check verdict"), None for the
     harness's own."""
-    if isinstance(exc, Verdict):
+    if isinstance(exc, CheckVerdict):
         return "check verdict"
     return getattr(exc, _MARK, None)
+
+
+def error_status(raised_in: str) -> str:
+    """How a cell whose first error escaped `raised_in` ("" for the harness's own code) ended:
+    the one rule the pool's worlds, torchrun and the launch share."""
+    return "error" if raised_in else "harness-error"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from conformance.world.attribution import error_status
 from conformance.world.rank import CellFn
 from conformance.world.world import CellRun
 
@@ -127,7 +128,7 @@ def _collect(job_dir: Path, size: int, returncode: int, output: str, duration: f
             detail += "\n\nsecondary errors of the other ranks:\n" + "\n".join(errors)
         return CellRun("crash", detail=detail, duration_s=duration)
     if errors:
-        status = "error" if failed[0][3] else "harness-error"
+        status = error_status(failed[0][3])
         return CellRun(status, detail="\n".join(errors), duration_s=duration, raised_in=failed[0][3])
     return CellRun("ok", values=[replies[r][1] for r in range(size)], duration_s=duration)
 

@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from conformance.world.attribution import error_status
 from conformance.world.rank import CellFn, CellMessage, RankReply
 
 LOG_TAIL_CHARS = 4000
@@ -252,7 +253,7 @@ class World:
         errors = sorted((r for r in replies.values() if not r.ok), key=lambda r: r.finished_at)
         missing = [r for r in range(self.size) if r not in replies]
         if errors:
-            status = "error" if errors[0].under_test else "harness-error"
+            status = error_status(errors[0].raised_in)
             detail = self._error_detail(errors, missing, offsets)
             return CellRun(status, detail=detail, raised_in=errors[0].raised_in), bool(missing)
         if missing:
