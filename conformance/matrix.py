@@ -94,10 +94,13 @@ MODEL_SLICE = Slice(
 # The expert-parallelism recipe: experts sharded on sub-groups, the rest on the world. Its
 # seed row is fsdp1_full_shard-sd_sharded-torch_save_per_rank-adamw-moe (SHARDED_STATE_DICT,
 # one file per rank).
+# Both layouts: every rank's expert under one name (moe, as fairscale and DeepSpeed do), and
+# each expert under its own name (moe_named, what DCP's maintainers advise).
+EXPERT_MODELS = ("moe", "moe_named")
 MOE_SLICE = Slice(
     "mixture of experts on expert-parallel sub-groups",
     (("fsdp1", "full_shard"), ("fsdp1+orig", "full_shard"), ("fsdp2", "shard")),
-    models=("moe",),
+    models=EXPERT_MODELS,
 )
 PRECISION_SLICE = Slice(
     "bf16 mixed precision",
@@ -275,21 +278,21 @@ UNSUPPORTED: tuple[Rule, ...] = (
         "biases cannot go in separate param groups",
     ),
     Rule(
-        {"model": "moe", "world_size": 1},
+        {"model": EXPERT_MODELS, "world_size": 1},
         "expert parallelism needs at least 2 ranks: one rank holds every expert",
     ),
     Rule(
-        {"model": "moe", "storage": "torch_save"},
-        "each rank holds its own expert under the same name (experts.0): one file written by rank 0 "
-        "holds rank 0's expert only",
+        {"model": EXPERT_MODELS, "storage": "torch_save"},
+        "each rank holds its own expert (expert parallelism): one file written by rank 0 holds rank "
+        "0's expert only",
     ),
     Rule(
-        {"model": "moe", "family": "ddp"},
+        {"model": EXPERT_MODELS, "family": "ddp"},
         "DDP all-reduces every parameter over the whole world: experts held by some ranks only need "
         "their own groups",
     ),
     Rule(
-        {"model": "moe", "sharding": HSDP_SHARDINGS},
+        {"model": EXPERT_MODELS, "sharding": HSDP_SHARDINGS},
         "expert parallelism on an HSDP mesh is not built into the suite yet",
     ),
     Rule(

@@ -138,6 +138,16 @@ class ExpertParallelMoE(nn.Module):
     loss = UnevenMLP.loss
 
 
+class ExpertParallelMoENamed(ExpertParallelMoE):
+    """The same experts, each under a name of its own (`experts.<k>` on the ranks of expert k):
+    the layout DCP's maintainers advise for expert parallelism (pytorch/pytorch#120356), since
+    DCP takes tensors under one name on several ranks to be replicas of one tensor."""
+
+    def __init__(self, expert: int = 0) -> None:
+        super().__init__(expert)
+        self.experts = nn.ModuleDict({str(expert): self.experts["0"]})
+
+
 class FrozenAndIdle(nn.Module):
     """What a resume must carry beyond the stepped parameters: a frozen layer that is still in
     the optimizer (as `optimizer(model.parameters())` puts it there: no gradient, so no state),
@@ -176,6 +186,7 @@ MODELS: dict[str, type[nn.Module]] = {
     "tied_transformer": TiedTransformer,
     "bn_frozen": BatchNormFrozen,
     "moe": ExpertParallelMoE,
+    "moe_named": ExpertParallelMoENamed,
     "frozen_idle": FrozenAndIdle,
     "mlp_reshaped": ReshapedMLP,
 }

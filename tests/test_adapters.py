@@ -56,3 +56,10 @@ def test_adapters_give_real_outcomes(tmp_path) -> None:  # type: ignore[no-untyp
     assert cell["outcome"] == "fail" and "the model is a DistributedDataParallel" in cell["detail"]
     frameworks = results["environment"]["variant"]["frameworks"]
     assert frameworks["lightning"] and frameworks["accelerate"]  # their versions, in the run metadata
+
+
+def test_the_adapters_declare_every_fixed_model_but_named_experts() -> None:
+    from conformance.adapters import ADAPTER_MODELS
+    from conformance.training import MODELS
+
+    assert set(ADAPTER_MODELS) == set(MODELS) - {"moe_named"}

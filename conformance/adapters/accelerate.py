@@ -17,6 +17,7 @@ from typing import Any
 
 from torch import nn
 
+from conformance.adapters import ADAPTER_MODELS
 from conformance.case import Case
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
@@ -89,6 +90,7 @@ ACCELERATE_FSDP = RegisteredStrategy(
             ("fsdp2", "shard"),
         ),
         checks=("resume", "roundtrip", "reshard"),
+        models=ADAPTER_MODELS,
     ),
     storage="accelerate",
     requires=("accelerate",),

@@ -17,6 +17,7 @@ from typing import Any
 
 from torch import nn
 
+from conformance.adapters import ADAPTER_MODELS
 from conformance.case import Case
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
@@ -182,6 +183,7 @@ FABRIC_FSDP = RegisteredStrategy(
     supports=Supports(
         wrappers=tuple(("fsdp1+orig", s) for s in FSDP1_SHARDINGS),  # Fabric sets use_orig_params=True
         checks=("resume", "roundtrip", "reshard"),
+        models=ADAPTER_MODELS,
     ),
     storage="fabric",
     requires=("lightning",),
@@ -190,7 +192,9 @@ FABRIC_FSDP = RegisteredStrategy(
 FABRIC_MODEL_PARALLEL = RegisteredStrategy(
     name="lightning_fabric_model_parallel",
     factory=FabricModelParallel,
-    supports=Supports(wrappers=(("fsdp2", "shard"),), checks=("resume", "roundtrip", "reshard")),
+    supports=Supports(
+        wrappers=(("fsdp2", "shard"),), checks=("resume", "roundtrip", "reshard"), models=ADAPTER_MODELS
+    ),
     storage="fabric",
     requires=("lightning",),
     description="lightning.fabric.strategies.ModelParallelStrategy (FSDP2 + DCP) save / load_checkpoint",
@@ -295,6 +299,7 @@ TRAINER_FSDP = RegisteredStrategy(
     supports=Supports(
         wrappers=tuple(("fsdp1+orig", s) for s in FSDP1_SHARDINGS),  # use_orig_params=True by default
         checks=("resume", "roundtrip", "reshard"),
+        models=ADAPTER_MODELS,
     ),
     storage="trainer",
     requires=("lightning",),

@@ -137,7 +137,14 @@ FEATURES: tuple[Feature, ...] = (
     Feature("tied weights", "tied input and output embeddings", lambda a: a["model"] == "tied_transformer"),
     Feature("buffers", "BatchNorm running stats and a frozen layer", lambda a: a["model"] == "bn_frozen"),
     Feature("idle params", "a parameter that never got a gradient", lambda a: a["model"] == "frozen_idle"),
-    Feature("experts", "MoE experts on sub-groups", lambda a: a["model"] == "moe"),
+    Feature(
+        "experts", "MoE experts on sub-groups, under one name on every rank", lambda a: a["model"] == "moe"
+    ),
+    Feature(
+        "named experts",
+        "MoE experts on sub-groups, each under a name of its own (DCP's advised layout)",
+        lambda a: a["model"] == "moe_named",
+    ),
     Feature("bf16", "mixed precision keeps fp32 in the checkpoint", lambda a: a["precision"] == "bf16"),
     Feature("resume", "the resumed run continues bitwise", lambda a: a.get("check") == "resume"),
     Feature("reshard", "loads in another world size (or refuses)", lambda a: a.get("check") == "reshard"),

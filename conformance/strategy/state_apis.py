@@ -31,8 +31,10 @@ class KnowsTheModel:
         as DDP or a plain module saves it) re-keyed by parameter name, the documented
         conversion before FSDP1 or get/set_state_dict can load it
         (`rekey_optim_state_dict(osd, OptimStateKeyType.PARAM_NAME, nonwrapped_model)`); a
-        dict keyed by name is returned as it is."""
-        if not osd or not all(isinstance(k, int) for k in osd.get("state", {})):
+        dict keyed by name is returned as it is. The param groups' `params` tell which it is:
+        the state alone cannot when it is empty (no step taken yet)."""
+        listed = [p for group in (osd or {}).get("param_groups", []) for p in group.get("params", [])]
+        if not listed or not all(isinstance(p, int) for p in listed):
             return osd
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.distributed.fsdp import OptimStateKeyType
