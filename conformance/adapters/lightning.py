@@ -11,6 +11,7 @@ world size from torch.distributed, and the world's devices as `parallel_devices`
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from conformance.adapters import ADAPTER_MODELS
 from conformance.case import Case
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
+from conformance.strategy.wrappers import expert_mesh, local_experts
 from conformance.world import RankContext
 
 FSDP1_SHARDINGS = ("full_shard", "shard_grad_op", "no_shard")
@@ -150,7 +152,7 @@ class FabricModelParallel(FabricStrategy):
         from lightning.fabric.strategies import ModelParallelStrategy
 
         strategy = ModelParallelStrategy(
-            parallelize_fn=fully_shard_linears,
+            parallelize_fn=functools.partial(fully_shard_linears, ctx=ctx),
             data_parallel_size=ctx.world_size,
             tensor_parallel_size=1,
             save_distributed_checkpoint=self.case.kind == "sharded",
@@ -162,14 +164,22 @@ class FabricModelParallel(FabricStrategy):
         return strategy
 
 
-def fully_shard_linears(model: nn.Module, device_mesh: Any) -> nn.Module:
-    """fully_shard on the model's wrap units (every Linear unless the model names others, as
-    the built-in FSDP2 wrapper does), then the root. Sharding every Linear of the tied model
-    split its tied head from the embedding: FSDP2 refuses that ("use fully_shard([module_a,
-    module_b])"), a fault of this parallelize function, not of Fabric."""
+def fully_shard_linears(model: nn.Module, device_mesh: Any, ctx: RankContext) -> nn.Module:
+    """fully_shard as the built-in FSDP2 wrapper applies it: an expert-parallel model's experts
+    on their expert-data-parallel sub-mesh, then the model's wrap units (every Linear unless the
+    model names others), then the root, on Fabric's data-parallel mesh. Sharding every Linear of
+    the tied model split its tied head from the embedding: FSDP2 refuses that ("use
+    fully_shard([module_a, module_b])"), a fault of this parallelize function, not of Fabric;
+    and without the sub-mesh the moe rows sharded each rank's expert over the whole world as if
+    the experts were one tensor: no expert parallelism was tested."""
     from torch.distributed.fsdp import fully_shard
 
     mesh = device_mesh["data_parallel"]
+    experts = local_experts(model)
+    if experts is not None:
+        sub_mesh = expert_mesh(ctx, model.experts_in(ctx.world_size))  # type: ignore[operator]
+        for expert in experts.values():
+            fully_shard(expert, mesh=sub_mesh)
     units = tuple(getattr(model, "wrap_units", (nn.Linear,)))
     for module in list(model.modules())[1:]:
         if isinstance(module, units):

@@ -59,6 +59,11 @@ class PerRankFiles:
         state = torch.load(path / f"rank{ctx.rank}.pt", map_location=ctx.device, weights_only=False)
         apart: dict[tuple[int, ...], list[Any]] = {}
         for ranks in _groups_set_apart(path):  # every rank makes every group, in one order
+            if max(ranks) >= ctx.world_size:
+                raise ValueError(
+                    f"{path} holds ShardedTensors saved over ranks {list(ranks)}; this world has "
+                    f"{ctx.world_size} ranks: per-rank files load in the world that saved them"
+                )
             group = dist.new_group(list(ranks))
             mine = path / _group_file(ctx.rank, ranks)
             if mine.exists():
