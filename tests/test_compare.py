@@ -158,3 +158,22 @@ def test_first_of_each_kind_puts_every_kind_up_front() -> None:
     actual["param/fc1.weight"] = actual["param/fc1.weight"] + 1
     kinds = [d.kind for d in first_of_each_kind(compare_states(expected, actual))][:2]
     assert sorted(kinds) == ["missing", "values"]
+
+
+def test_a_load_that_leaves_a_stray_optimizer_key_is_a_named_difference() -> None:
+    """Optimizer.load_state_dict keeps a saved state key it cannot map to a parameter (a name,
+    say) as it is: the snapshot names it instead of crashing the harness on it."""
+    from torch import nn
+
+    from conformance.check.snapshot import local_state
+
+    model = nn.Linear(2, 2)
+    optim = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(1, 2)).sum().backward()
+    optim.step()
+    before = local_state(model, optim, None)
+    saved = optim.state_dict()
+    saved["state"] = {"experts.1.0.weight": saved["state"][0]}
+    optim.load_state_dict(saved)
+    diffs = compare_states(before, local_state(model, optim, None))
+    assert any("<not a parameter: 'experts.1.0.weight'>" in str(d) for d in diffs), diffs

@@ -46,6 +46,15 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.detach().cpu().clone()
 
 
+def _stray_key(key: object) -> str:
+    """How a key of optimizer.state that is none of the model's parameters reads: a tensor the
+    model does not hold, or anything else a load left there (Optimizer.load_state_dict keeps a
+    saved key it cannot map to a parameter, a name for example, as it is)."""
+    if isinstance(key, torch.Tensor):
+        return f"<unnamed parameter {tuple(key.shape)}>"
+    return f"<not a parameter: {key!r}>"
+
+
 def _raw_state(
     model: nn.Module, optim: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler | None
 ) -> Snapshot:
@@ -57,7 +66,7 @@ def _raw_state(
     for name, buf in model.named_buffers():
         out[f"buffer/{clean_name(name)}"] = buf
     for param, entries in optim.state.items():
-        pname = names.get(id(param), f"<unnamed parameter {tuple(param.shape)}>")
+        pname = names.get(id(param)) or _stray_key(param)
         for key, value in entries.items():
             out[f"optim/{pname}/{key}"] = value
     for i, group in enumerate(optim.param_groups):
