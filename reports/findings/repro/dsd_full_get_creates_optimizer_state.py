@@ -15,7 +15,9 @@ values before and after).
 Seen on: torch 2.13.0+cpu (gloo, CPU). Adam is checked alongside SGD and shows the same.
 Variant not run here: cpu_offload=CPUOffload(offload_params=True) cannot start on a CPU-only machine
 (pin_memory needs an accelerator).
-Upstream: not found (likely new). Related empty-shard issues:
+Upstream: https://github.com/pytorch/pytorch/issues/164929 (open) reports get_optimizer_state_dict
+changing a fresh optimizer's state; the empty-shard trigger here is not mentioned. Related
+empty-shard issues:
 https://github.com/pytorch/pytorch/issues/108869 (closed),
 https://github.com/pytorch/pytorch/issues/102821 (open),
 https://github.com/pytorch/pytorch/issues/137327 (open).

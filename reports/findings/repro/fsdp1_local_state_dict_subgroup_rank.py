@@ -15,8 +15,10 @@ here as the control), and so does LOCAL_STATE_DICT on the world group.
 
 Correct behaviour: the local state dict of every rank, its shard placed on its global rank.
 
-Seen on: torch 2.13.0+cpu (gloo, CPU, 4 ranks).
-Upstream: not found (searched "LOCAL_STATE_DICT process_group sub-group placement rank").
+Seen on: torch 2.13.0+cpu and 2.11.0+cu130 (gloo, CPU, 4 ranks).
+Upstream: not found. Related: https://github.com/pytorch/pytorch/pull/123230 made ShardedTensor
+placements global ranks; https://github.com/pytorch/pytorch/pull/123778 fixed the same group-rank
+mistake for HSDP's sharded state dict, not for LOCAL_STATE_DICT.
 
 Run: python reports/findings/repro/fsdp1_local_state_dict_subgroup_rank.py
 Exit 1 + "BUG PRESENT:" if it reproduces, 0 + "FIXED:" if not, 2 on any setup failure.
