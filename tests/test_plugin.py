@@ -272,10 +272,10 @@ def test_bad_strategies_are_usage_errors(tmp_path: Path, spec: str, message: str
     assert code == 4 and message in log, log
 
 
-def test_the_readme_example_copied_into_a_new_file_runs_as_written(tmp_path: Path) -> None:
-    """Issue 6's first 'done when': the README's example in a new file, then its command."""
-    readme = (ROOT / "README.md").read_text()
-    example = readme.split("```python\n# my_strategy.py\n", 1)[1].split("```", 1)[0]
+def test_the_documented_example_copied_into_a_new_file_runs_as_written(tmp_path: Path) -> None:
+    """The example of docs/your-strategy.md in a new file, then its command."""
+    doc = (ROOT / "docs" / "your-strategy.md").read_text()
+    example = doc.split("```python\n# my_strategy.py\n", 1)[1].split("```", 1)[0]
     assert example == (ROOT / "examples" / "my_strategy.py").read_text().split('"""\n\n', 1)[1]
     (tmp_path / "my_strategy.py").write_text(example)
     out = tmp_path / "out"
