@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.findings import Finding, explaining, load_findings
-from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome
+from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome, first_line
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -178,7 +178,6 @@ def render_baseline(
     its outcome and, as its reason and link, the finding that explains it (reports/findings.toml),
     else the first line of its detail (links and conditions of a previous baseline's entries
     with the same outcome are kept when no finding explains the cell)."""
-    from conformance.report.markdown import first_line
 
     findings = load_findings() if findings is None else findings
 

@@ -164,3 +164,12 @@ class Transfer:
         for key in ("wrapper", "sharding", "api", "kind", "storage", "family"):
             out[f"load_{key}"] = self.load.axes()[key]
         return out
+
+
+def repro_command(cell_id: str, check: str, world_size: int, strategy: str = "") -> str:
+    """The one command the reports give for a cell (a registered strategy's by its name, as an
+    entry point has it; one registered by module:ATTR takes that instead)."""
+    option = f" --strategy {strategy}" if strategy else ""
+    if check == "roundtrip" and not strategy:
+        return f"torchrun --nproc-per-node {world_size} -m conformance.repro {cell_id}"
+    return f"python -m conformance.repro {cell_id}{option}"

@@ -27,7 +27,7 @@ from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.property import Property, properties, run_property
 from conformance.report.environment import environment
 from conformance.report.write import outcome_summary, rerun_summary, write_reports
-from conformance.runner import harness_error, resolve_backend, run_case
+from conformance.runner import RANK_PRELOAD, harness_error, resolve_backend, run_case
 from conformance.strategy.builtin import STATE_APIS, builtin_strategy
 from conformance.strategy.registry import Registry, build_registry
 from conformance.world import WorldPool
@@ -196,6 +196,7 @@ def world_pool(pytestconfig: pytest.Config) -> Iterator[WorldPool]:
     with WorldPool(
         start_timeout_s=pytestconfig.getoption("world_start_timeout"),
         fresh=pytestconfig.getoption("fresh_worlds"),
+        preload=RANK_PRELOAD,
     ) as pool:
         yield pool
         pytestconfig.stash[WORLDS_KEY] = pool.started

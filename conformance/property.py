@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.case import Case, Transfer
+from conformance.case import Case, Transfer, repro_command
 from conformance.check.roundtrip import StrategyFactory
 from conformance.generated import ModelSpec, ScheduleSpec
 from conformance.outcome import FAILING, RERUN_NOTE, CellResult, Outcome
@@ -293,7 +293,6 @@ def _failing_example(
 ) -> CellResult:
     """The property's result from one failing example: `headline` (its {config} the example's
     model and optimizer), the cell, its repro command and its detail; minimal_* axes."""
-    from conformance.repro import repro_command
 
     case = cell.save if isinstance(cell, Transfer) else cell
     detail = (

@@ -71,15 +71,6 @@ def _generated(cell_id: str, every: dict[str, Case | Transfer]) -> Case | Transf
     return None
 
 
-def repro_command(cell_id: str, check: str, world_size: int, strategy: str = "") -> str:
-    """The one command the reports give for a cell (a registered strategy's by its name, as an
-    entry point has it; one registered by module:ATTR takes that instead)."""
-    option = f" --strategy {strategy}" if strategy else ""
-    if check == "roundtrip" and not strategy:
-        return f"torchrun --nproc-per-node {world_size} -m conformance.repro {cell_id}"
-    return f"python -m conformance.repro {cell_id}{option}"
-
-
 def run_under_torchrun(cell: Case | Transfer, registry: Registry, backend: str, timeout_s: float) -> int:
     """Drive the cell's check, each world a torchrun of its own."""
     from conformance.outcome import Outcome

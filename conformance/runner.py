@@ -104,6 +104,11 @@ def _not_here(cell: Cell, backend: str, registered: RegisteredStrategy | None) -
     return (Outcome.SKIP, reason) if reason else None
 
 
+# What every rank of a pool's worlds imports once at start (WorldPool(preload=...)): the
+# round trip's modules, which almost every cell uses, so no cell pays for their import.
+RANK_PRELOAD: tuple[str, ...] = ("conformance.check.roundtrip",)
+
+
 def run_case(
     pool: CellPool,
     case: Cell,

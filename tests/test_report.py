@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.outcome import CellResult, Outcome
-from conformance.report.markdown import first_line, render_markdown
+from conformance.outcome import CellResult, Outcome, first_line
+from conformance.report.markdown import render_markdown
 from conformance.report.results import read_results, results_document, write_results
 
 AXES = {

@@ -14,7 +14,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from conformance.outcome import FAILING, CellResult, Outcome
+from conformance.outcome import FAILING, CellResult, Outcome, first_line
 
 # Environment fields that are expected to differ between any two runs: not marked.
 VOLATILE = ("time_utc", "argv", "pytest_args")
@@ -65,7 +65,6 @@ def diff_runs(old: list[CellResult], new: list[CellResult]) -> RunDiff:
 
 
 def render_diff(old_env: dict[str, Any], new_env: dict[str, Any], diff: RunDiff) -> str:
-    from conformance.report.markdown import first_line
 
     rows = []
     for key in sorted(set(old_env) | set(new_env)):

@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from conformance.outcome import FAILING, CellResult, Outcome
+from conformance.case import repro_command as command
+from conformance.outcome import FAILING, CellResult, Outcome, first_line
 from conformance.report import tables
 
 FILTER_AXES = (
@@ -105,7 +106,6 @@ def _table(table: tables.Table, caption: str) -> str:
 def repro_command(cell: CellResult) -> str:
     """The one command that reruns this cell outside pytest, torchrun the launcher
     (conformance.repro); for a failing property, the cell of its minimal failing example."""
-    from conformance.repro import repro_command as command
 
     axes = cell.axes
     return command(
@@ -144,7 +144,6 @@ def render_html(
     environment: dict[str, Any], cells: list[CellResult], known: Mapping[str, Any] | None = None
 ) -> str:
     """`known`: cell id -> baseline.Expectation of the failures a baseline expects."""
-    from conformance.report.markdown import first_line
 
     known = known or {}
     esc = html.escape

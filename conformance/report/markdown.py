@@ -3,7 +3,6 @@ column per world size; interop the square save x load grid), then every non-pass
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 from tabulate import tabulate
 
 from conformance.findings import Finding, explaining
-from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome
+from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome, first_line
 from conformance.report.tables import (
     FEATURES,
     NO_FEATURE_CELLS,
@@ -38,35 +37,6 @@ LEGEND = (
     "saved copy (from one rank-0 file that is rank 0's, from per-rank files its own, from DCP the copy DCP "
     "kept); the same rule for every strategy, built-in or registered."
 )
-
-
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
-
-
-def first_line(detail: str) -> str:
-    """The line of a detail a person reads first: the exception of the originating rank, the
-    first difference of a fail, or the crash's cause."""
-    lines = [line.strip() for line in detail.splitlines() if line.strip()]
-    if not lines:
-        return ""
-    head, phase = lines[0], ""
-    if head.startswith("[") and "] " in head:  # a phase of a multi-phase check: "[load phase, 2 ranks] ..."
-        phase, head = head.split("] ", 1)
-        phase += "] "
-    if head.startswith("rank ") and " raised " in head:
-        # The last exception line of the originating rank's block: for a plain traceback the
-        # exception itself, for a wrapper (DCP's CheckpointException) the error it carries.
-        found = None
-        for line in lines[1:]:
-            if line.startswith("--- "):
-                break
-            if _EXCEPTION_LINE.match(line):
-                found = line
-        if found:
-            return f"{phase}{head.split(' raised ')[0]}: {found}"[:240]
-    if head.endswith(":") and "differences" in head and len(lines) > 1:
-        return f"{phase}{head} {lines[1]}"[:240]
-    return f"{phase}{head}"[:240]
 
 
 CHECK_TITLES = {

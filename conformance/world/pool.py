@@ -45,11 +45,17 @@ class WorldPool:
     after it (`--fresh-worlds`): slower, and the reference a warm world must agree with."""
 
     def __init__(
-        self, root: Path | None = None, *, start_timeout_s: float = 120.0, fresh: bool = False
+        self,
+        root: Path | None = None,
+        *,
+        start_timeout_s: float = 120.0,
+        fresh: bool = False,
+        preload: tuple[str, ...] = (),
     ) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="conformance-worlds-", dir=root))
         self.start_timeout_s = start_timeout_s
         self.fresh = fresh
+        self.preload = preload  # modules each rank imports once at start (World)
         self._worlds: dict[tuple[str, int, str], World] = {}
         self.started = 0  # worlds started, restarts after a crash included
 
@@ -58,7 +64,9 @@ class WorldPool:
         world = self._worlds.get(key)
         if world is None or not world.alive:
             self.started += 1
-            world = World(backend, size, self.root, start_timeout_s=self.start_timeout_s).start()
+            world = World(
+                backend, size, self.root, start_timeout_s=self.start_timeout_s, preload=self.preload
+            ).start()
             self._worlds[key] = world
         return world
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import gc
+import importlib
 import os
 import pickle
 import random
@@ -202,7 +203,8 @@ def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns interrupts and kills us
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(size))
-    sys.path[:] = conn.recv()  # the parent's import path: cell functions are pickled by reference
+    paths, preload = conn.recv()
+    sys.path[:] = paths  # the parent's import path: cell functions are pickled by reference
 
     import torch
     import torch.distributed as dist
@@ -218,7 +220,8 @@ def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg
     store = dist.FileStore(store_path, size)
     generation = 0
     _init_default_group(store, generation, rank, size, backend, pg_timeout_s)
-    import conformance.check.roundtrip  # noqa: F401 - the usual cell's imports, once, before the freeze
+    for module in preload:  # the usual cells' imports, once, before the freeze
+        importlib.import_module(module)
 
     # Everything imported so far lives as long as the rank: move it out of the collector's
     # sight, so the gc.collect() after each cell scans only what cells made (torch's import

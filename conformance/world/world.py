@@ -95,8 +95,12 @@ class World:
         *,
         start_timeout_s: float = 120.0,
         error_grace_s: float = 1.0,
+        preload: tuple[str, ...] = (),
     ) -> None:
+        """preload: modules every rank imports once, after its process group is up and before
+        it is ready (the cells' usual imports: a cell then starts without them)."""
         self.backend = backend
+        self.preload = preload
         self.size = size
         self.start_timeout_s = start_timeout_s
         self.error_grace_s = error_grace_s
@@ -128,7 +132,7 @@ class World:
                 conn = Connection(ours.detach())
                 self._procs.append(proc)
                 self._conns.append(conn)
-                conn.send(list(sys.path))
+                conn.send((list(sys.path), list(self.preload)))
             self._await_ready()
         except BaseException:
             self.kill()
