@@ -16,6 +16,7 @@ from typing import Any
 from conformance.case import Case, Transfer
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.registry import STRATEGY_CHECKS, STRATEGY_KINDS, RegisteredStrategy, Registry
+from conformance.strategy.storage import STORAGES as STORAGE_OBJECTS
 
 FSDP1_SHARDINGS = ("full_shard", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "shard_grad_op")
 FSDP2_SHARDINGS = ("hsdp", "shard")
@@ -32,7 +33,11 @@ MAIN_WRAPPERS: tuple[tuple[str, str], ...] = (
     ("fsdp1+orig", "full_shard"),
     ("fsdp2", "shard"),
 )
-STORAGES: tuple[str, ...] = ("dcp", "torch_save", "torch_save_per_rank")
+STORAGES: tuple[str, ...] = tuple(sorted(STORAGE_OBJECTS))
+# The storages by what they are (conformance.strategy.storage), for the rules below.
+ONE_FILE_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].one_file_by_rank0)
+PER_RANK_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].per_rank)
+IN_PLACE_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].loads_in_place)
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "adamw+groups", "adamw+sched", "sgd")
 MODELS: tuple[str, ...] = ("bn_frozen", "frozen_idle", "mlp", "tied_transformer")
 MAIN_APIS: tuple[str, ...] = ("dsd_full", "dsd_sharded", "sd_full", "sd_local", "sd_sharded")
@@ -70,9 +75,7 @@ class Slice:
 
 # What a check varies per storage: the corruptions of a corrupt cell.
 VARIANTS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("corrupt", "torch_save"): ("flipped_bytes", "other_model", "truncated"),
-    ("corrupt", "torch_save_per_rank"): ("flipped_bytes", "missing_shard", "other_model", "truncated"),
-    ("corrupt", "dcp"): ("flipped_bytes", "missing_metadata", "missing_shard", "other_model", "truncated"),
+    ("corrupt", name): storage.damage for name, storage in STORAGE_OBJECTS.items()
 }
 
 
@@ -245,21 +248,24 @@ RANK0_ONLY_APIS = (
 )
 
 UNSUPPORTED: tuple[Rule, ...] = (
-    Rule({"kind": "sharded", "storage": "torch_save"}, _ONE_FILE.format(kind="sharded")),
-    Rule({"kind": "local", "storage": "torch_save"}, _ONE_FILE.format(kind="local")),
+    Rule({"kind": "sharded", "storage": ONE_FILE_STORAGES}, _ONE_FILE.format(kind="sharded")),
+    Rule({"kind": "local", "storage": ONE_FILE_STORAGES}, _ONE_FILE.format(kind="local")),
     Rule(
-        {"storage": "dcp", "api": tuple(a for a in STATE_APIS["fsdp1"] if not a.startswith("dsd_"))},
+        {
+            "storage": IN_PLACE_STORAGES,
+            "api": tuple(a for a in STATE_APIS["fsdp1"] if not a.startswith("dsd_")),
+        },
         "DCP loads in place into a template state dict, and the optimizer state dict of a freshly "
         "built optimizer (optimizer.state_dict, FSDP.optim_state_dict) is empty: there is nothing "
         "to load the optimizer state into. DCP goes with get/set_state_dict (dsd_*)",
     ),
     Rule(
-        {"storage": "dcp", "api": ("dsd_full_bcast", "dsd_full_offload")},
+        {"storage": IN_PLACE_STORAGES, "api": ("dsd_full_bcast", "dsd_full_offload")},
         "get_state_dict with full_state_dict and cpu_offload gives the state to rank 0 only (as documented): "
         "a DCP directory saved collectively from it would lack what the other ranks never had",
     ),
     Rule(
-        {"storage": "torch_save_per_rank", "api": RANK0_ONLY_APIS},
+        {"storage": PER_RANK_STORAGES, "api": RANK0_ONLY_APIS},
         "only rank 0 holds the state (rank0_only, full_optim_state_dict, or full_state_dict with "
         "cpu_offload): the other ranks' files would be empty",
     ),
@@ -282,7 +288,7 @@ UNSUPPORTED: tuple[Rule, ...] = (
         "expert parallelism needs at least 2 ranks: one rank holds every expert",
     ),
     Rule(
-        {"model": EXPERT_MODELS, "storage": "torch_save"},
+        {"model": EXPERT_MODELS, "storage": ONE_FILE_STORAGES},
         "each rank holds its own expert (expert parallelism): one file written by rank 0 holds rank "
         "0's expert only",
     ),
@@ -360,13 +366,10 @@ REFUSALS: tuple[Rule, ...] = (
         {"check": "reshard", "kind": "local"},
         "LOCAL_STATE_DICT holds each rank's flat shard as it is: it belongs to one world size",
     ),
-    Rule(
-        {"check": "reshard", "kind": "sharded", "storage": "torch_save_per_rank"},
-        "per-rank files of sharded state: each file is one rank's shard of the saving world",
-    ),
-    Rule(
-        {"check": "reshard", "storage": "torch_save_per_rank", "direction": "grow"},
-        "per-rank files: the new ranks have no file to load",
+    *(  # what each storage refuses by design (conformance.strategy.storage)
+        Rule({"check": "reshard", "storage": name, **axes}, reason)
+        for name, storage in STORAGE_OBJECTS.items()
+        for axes, reason in storage.reshard_refusals
     ),
     Rule(
         {"check": "interop", "storage_change": "yes"},

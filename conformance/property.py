@@ -23,6 +23,7 @@ from conformance.check.roundtrip import StrategyFactory
 from conformance.generated import ModelSpec, ScheduleSpec
 from conformance.outcome import FAILING, RERUN_NOTE, CellResult, Outcome
 from conformance.strategy.builtin import builtin_strategy
+from conformance.strategy.storage import STORAGES
 
 Cell = Case | Transfer
 PROPERTY_CHECKS = ("reshard", "resume", "roundtrip")
@@ -73,9 +74,10 @@ class Property:
 
 
 def _preference(cell: Cell) -> tuple[int, int, str]:
-    """Which cell of a group stands for it: DCP storage and the DSD API first."""
+    """Which cell of a group stands for it: a representative storage (DCP) and the DSD API first."""
     case = cell.save if isinstance(cell, Transfer) else cell
-    return (case.storage != "dcp", not case.api.startswith("dsd"), cell.id)
+    storage = STORAGES.get(case.storage)
+    return (not (storage and storage.representative), not case.api.startswith("dsd"), cell.id)
 
 
 def properties(profile: str) -> list[Property]:

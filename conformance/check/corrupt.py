@@ -6,7 +6,7 @@ fresh world of the same size loads it. The strategy's load raising on some rank 
 whether it is clear; an exception anywhere else (wrapping, or the harness) never does. Loading "successfully" fails the cell
 (with other values or not), and so do a hang and a crash.
 
-Variants (which apply depends on the storage, see matrix.VARIANTS):
+Variants (which apply is the storage's `damage`; where its parts are, its own methods):
 - truncated: the largest file cut to half its size;
 - flipped_bytes: 16 bytes inverted inside the largest tensor payload (located through the
   zip directory of a torch.save file, or DCP's own metadata of where each item lies);
@@ -18,8 +18,6 @@ Variants (which apply depends on the storage, see matrix.VARIANTS):
 from __future__ import annotations
 
 import dataclasses
-import struct
-import zipfile
 from pathlib import Path
 
 from conformance.case import Case
@@ -27,33 +25,12 @@ from conformance.check.phases import PhaseError, Phases
 from conformance.check.roundtrip import StrategyFactory
 from conformance.check.transfer import LoadSpec, SaveSpec, load_phase, save_phase
 from conformance.outcome import Outcome
+from conformance.strategy.storage import STORAGES, Storage
+from conformance.strategy.storage.base import files
 from conformance.strategy.under_test import LOADING_CALLS
 
 FLIP = 16
 OTHER_MODEL = "mlp_reshaped"
-
-
-def _files(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.rglob("*") if p.is_file())
-
-
-def _zip_payload(path: Path) -> tuple[int, int]:
-    """(offset, length) of the largest tensor record in a torch.save (zip) file."""
-    with zipfile.ZipFile(path) as archive:
-        info = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
-    with path.open("rb") as f:
-        f.seek(info.header_offset + 26)
-        name_len, extra_len = struct.unpack("<HH", f.read(4))
-    return info.header_offset + 30 + name_len + extra_len, info.file_size
-
-
-def _dcp_payload(directory: Path) -> tuple[Path, int, int]:
-    """(file, offset, length) of the largest item DCP's metadata says it wrote."""
-    from torch.distributed.checkpoint import FileSystemReader
-
-    storage = FileSystemReader(str(directory)).read_metadata().storage_data
-    info = max(storage.values(), key=lambda s: s.length)
-    return directory / info.relative_path, info.offset, info.length
 
 
 def _flip(path: Path, offset: int, length: int) -> str:
@@ -66,34 +43,33 @@ def _flip(path: Path, offset: int, length: int) -> str:
     return f"inverted {len(data)} bytes at offset {start} of {path.name} (a tensor payload of {length} bytes)"
 
 
-def damage(directory: Path, variant: str, storage: str, world_size: int) -> str:
-    """Damage the checkpoint in place; returns what was done, for the detail."""
-    files = _files(directory)
-    if not files:
+def damage(directory: Path, variant: str, storage: Storage, world_size: int) -> str:
+    """Damage the checkpoint in place, where the storage says its parts are; returns what was
+    done, for the detail."""
+    written = files(directory)
+    if not written:
         raise FileNotFoundError(f"the strategy wrote nothing under {directory}")
     if variant == "truncated":
-        target = max(files, key=lambda p: p.stat().st_size)
+        target = max(written, key=lambda p: p.stat().st_size)
         size = target.stat().st_size
         with target.open("r+b") as f:
             f.truncate(size // 2)
         return f"cut {target.name} from {size} to {size // 2} bytes"
     if variant == "flipped_bytes":
-        if storage == "dcp":
-            return _flip(*_dcp_payload(directory))
-        target = max(files, key=lambda p: p.stat().st_size)
-        return _flip(target, *_zip_payload(target))
-    if variant == "missing_shard":
-        last = world_size - 1
-        pattern = f"rank{last}.pt" if storage == "torch_save_per_rank" else f"__{last}_*.distcp"
-        victims = sorted(directory.glob(pattern))
+        return _flip(*storage.payload(directory))
+    if variant in ("missing_shard", "missing_metadata"):
+        victims = (
+            storage.rank_files(directory, world_size - 1)
+            if variant == "missing_shard"
+            else storage.metadata_files(directory)
+        )
         if not victims:
-            raise FileNotFoundError(f"no file {pattern} to delete in {[p.name for p in files]}")
+            raise FileNotFoundError(
+                f"{storage.name} names no file for {variant} in {[p.name for p in written]}"
+            )
         for victim in victims:
             victim.unlink()
         return f"deleted {', '.join(v.name for v in victims)}"
-    if variant == "missing_metadata":
-        (directory / ".metadata").unlink()
-        return "deleted .metadata"
     if variant == "other_model":
         return f"left as saved; loaded into {OTHER_MODEL} (same names, other shapes)"
     raise ValueError(f"unknown corruption {variant!r}")
@@ -109,7 +85,7 @@ def execute(phases: Phases, case: Case, factory: StrategyFactory) -> tuple[Outco
         saved = phases.run("save", case.world_size, save_phase, SaveSpec(save_case, str(directory), factory))
     except PhaseError as exc:
         return exc.outcome, exc.detail
-    done = damage(directory, case.variant, case.storage, case.world_size)
+    done = damage(directory, case.variant, STORAGES[case.storage], case.world_size)
     try:
         loaded = phases.run(
             "load",

@@ -10,7 +10,6 @@ from conformance.strategy.protocol import (
     ComposedStrategy,
     PreloadingStrategy,
     StateApi,
-    Storage,
     Strategy,
     Wrapper,
 )
@@ -23,7 +22,7 @@ from conformance.strategy.state_apis import (
     PlainStateDict,
     TutorialRank0Init,
 )
-from conformance.strategy.storages import DcpDirectory, PerRankFiles, RankZeroFile
+from conformance.strategy.storage import STORAGES
 from conformance.strategy.wrappers import DdpWrapper, Fsdp1Wrapper, Fsdp2Wrapper, PlainWrapper
 
 
@@ -75,12 +74,6 @@ STATE_APIS: dict[str, dict[str, StateApi]] = {
     },
     "fsdp2": dict(DSD_APIS),
     "plain": {"sd_full": PlainStateDict()},
-}
-
-STORAGES: dict[str, Storage] = {
-    "torch_save": RankZeroFile(),
-    "torch_save_per_rank": PerRankFiles(),
-    "dcp": DcpDirectory(),
 }
 
 
