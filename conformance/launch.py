@@ -283,25 +283,20 @@ def died_in(cell: Cell, scratch: Path, tag: str, size: int, backend: str) -> Cel
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from conformance.matrix import CHECKS, PROFILES
-    from conformance.strategy.registry import add_strategy_option
+    from conformance.matrix import CHECKS
+    from conformance.run_options import add_run_options
 
     parser = argparse.ArgumentParser(
         prog="torchrun ... -m conformance.launch",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--matrix", default="default", choices=sorted(PROFILES))
+    add_run_options(parser.add_argument)  # --matrix, --backend, --case-timeout, --strategy: as pytest
     parser.add_argument("--check", action="append", choices=sorted(CHECKS), help="default: every check")
     parser.add_argument("-k", dest="keyword", default=None, help="a pytest -k expression over the cells")
     parser.add_argument("--out", type=Path, default=Path("reports/runs/launch"))
     parser.add_argument("--scratch", type=Path, default=None, help="checkpoints (default: OUT/.scratch)")
-    parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
-    parser.add_argument("--case-timeout", type=float, default=60.0, help="seconds before a cell is a hang")
     parser.add_argument("--resume", action="store_true", help="go on from OUT/progress.jsonl")
-    add_strategy_option(
-        parser, "a registered strategy, as pytest's --strategy (default: built-in and entry points)"
-    )
     args = parser.parse_args(argv)
     if args.case_timeout <= 0:
         parser.error("--case-timeout must be a positive number of seconds")

@@ -1,0 +1,99 @@
+"""The worlds and the fixtures that run a cell or a property and turn its outcome into pytest's."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+
+from conformance.baseline import Baseline, judge
+from conformance.case import Case, Transfer
+from conformance.check.roundtrip import StrategyFactory
+from conformance.outcome import FAILING, CellResult, Outcome
+from conformance.plugin.shared import BACKEND_KEY, BASELINE_KEY, PROPERTY, REGISTRY_KEY, WORLDS_KEY
+from conformance.property import Property, run_property
+from conformance.runner import RANK_PRELOAD, harness_error, run_case
+from conformance.strategy.builtin import builtin_strategy
+from conformance.world import WorldPool
+
+
+@pytest.fixture(scope="session")
+def world_pool(pytestconfig: pytest.Config) -> Iterator[WorldPool]:
+    with WorldPool(
+        start_timeout_s=pytestconfig.getoption("world_start_timeout"),
+        fresh=pytestconfig.getoption("fresh_worlds"),
+        preload=RANK_PRELOAD,
+    ) as pool:
+        yield pool
+        pytestconfig.stash[WORLDS_KEY] = pool.started
+
+
+@pytest.fixture(scope="session")
+def conformance_backend(pytestconfig: pytest.Config) -> str:
+    return pytestconfig.stash[BACKEND_KEY]
+
+
+@pytest.fixture
+def conformance_cell(
+    request: pytest.FixtureRequest, world_pool: WorldPool, conformance_backend: str
+) -> Callable[..., CellResult]:
+    """Run a case, record its result for the reports, and turn its outcome into pytest's."""
+
+    def run(case: Case | Transfer, strategy_factory: StrategyFactory = builtin_strategy) -> CellResult:
+        registry = request.config.stash[REGISTRY_KEY]
+        result = run_case(
+            world_pool,
+            case,
+            backend=conformance_backend,
+            timeout_s=request.config.getoption("case_timeout"),
+            strategy_factory=strategy_factory,
+            registered=registry.strategy_of(case),
+        )
+        request.node.user_properties.append((PROPERTY, result.to_json()))
+        _to_pytest(result, request.config.stash[BASELINE_KEY], conformance_backend)
+        return result
+
+    return run
+
+
+@pytest.fixture
+def conformance_property(
+    request: pytest.FixtureRequest, world_pool: WorldPool, conformance_backend: str
+) -> Callable[[Property], CellResult]:
+    """Run a property (its examples as cells in the warm worlds), record its one result (the
+    shrunk minimal failing configuration, or how many examples passed), and turn its outcome
+    into pytest's, as for a cell."""
+    timeout_s = request.config.getoption("case_timeout")
+
+    def run(prop: Property) -> CellResult:
+        def cell(example: Case | Transfer) -> CellResult:
+            return run_case(world_pool, example, backend=conformance_backend, timeout_s=timeout_s)
+
+        try:
+            result = run_property(prop, cell, conformance_backend)
+        except Exception:  # a fault of the harness is the property's error, never a lost cell
+            result = harness_error(prop.id, prop.axes(conformance_backend), 0.0)
+        request.node.user_properties.append((PROPERTY, result.to_json()))
+        _to_pytest(result, request.config.stash[BASELINE_KEY], conformance_backend)
+        return result
+
+    return run
+
+
+def _to_pytest(result: CellResult, baseline: Baseline | None, backend: str) -> None:
+    """The cell's outcome as pytest's. With a baseline, the gate decides (baseline.judge):
+    known failures are xfails, regressions and new failures fail, stale entries warn."""
+    if baseline is not None:
+        verdict = judge(result, baseline.expected(result.id, torch.__version__, backend))
+        if verdict.kind == "known":
+            pytest.xfail(verdict.message)
+        if verdict.kind == "stale":
+            warnings.warn(verdict.message, stacklevel=1)
+        if verdict.fails_the_gate:
+            pytest.fail(f"{verdict.message}: {result.detail}", pytrace=False)
+    if result.outcome in (Outcome.SKIP, Outcome.UNSUPPORTED):
+        pytest.skip(f"{result.outcome.value}: {result.detail}")
+    if result.outcome in FAILING:
+        pytest.fail(f"{result.outcome.value}: {result.detail}", pytrace=False)
