@@ -1,0 +1,145 @@
+"""Which cells are unsupported by design, and which transfers must refuse to load, with reasons."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from conformance.case import Case, Transfer
+from conformance.matrix.profiles import (
+    EXPERT_MODELS,
+    HSDP_SHARDINGS,
+    IN_PLACE_STORAGES,
+    ONE_FILE_STORAGES,
+    PER_RANK_STORAGES,
+)
+from conformance.strategy.builtin import STATE_APIS
+from conformance.strategy.storage import STORAGES as STORAGE_OBJECTS
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A cell matching every axis in `when` (a value, or a tuple of values) is unsupported."""
+
+    when: dict[str, Any]
+    reason: str
+
+    def matches(self, case: Case | Transfer) -> bool:
+        axes = case.axes()
+        return all(axes[k] in (v if isinstance(v, tuple) else (v,)) for k, v in self.when.items())
+
+
+_ONE_FILE = (
+    "a {kind} state dict holds only this rank's part; one file written by rank 0 would drop "
+    "every other rank's part (use torch_save_per_rank or dcp)"
+)
+RANK0_ONLY_APIS = (
+    "dsd_full_bcast",
+    "dsd_full_offload",
+    "legacy_full_rank0_init",
+    "legacy_full_scatter",
+    "legacy_full_shard",
+    "sd_full_offload_rank0",
+    "sd_full_rank0",
+)
+
+UNSUPPORTED: tuple[Rule, ...] = (
+    Rule({"kind": "sharded", "storage": ONE_FILE_STORAGES}, _ONE_FILE.format(kind="sharded")),
+    Rule({"kind": "local", "storage": ONE_FILE_STORAGES}, _ONE_FILE.format(kind="local")),
+    Rule(
+        {
+            "storage": IN_PLACE_STORAGES,
+            "api": tuple(a for a in STATE_APIS["fsdp1"] if not a.startswith("dsd_")),
+        },
+        "DCP loads in place into a template state dict, and the optimizer state dict of a freshly "
+        "built optimizer (optimizer.state_dict, FSDP.optim_state_dict) is empty: there is nothing "
+        "to load the optimizer state into. DCP goes with get/set_state_dict (dsd_*)",
+    ),
+    Rule(
+        {"storage": IN_PLACE_STORAGES, "api": ("dsd_full_bcast", "dsd_full_offload")},
+        "get_state_dict with full_state_dict and cpu_offload gives the state to rank 0 only (as documented): "
+        "a DCP directory saved collectively from it would lack what the other ranks never had",
+    ),
+    Rule(
+        {"storage": PER_RANK_STORAGES, "api": RANK0_ONLY_APIS},
+        "only rank 0 holds the state (rank0_only, full_optim_state_dict, or full_state_dict with "
+        "cpu_offload): the other ranks' files would be empty",
+    ),
+    Rule(
+        {"sharding": HSDP_SHARDINGS, "world_size": (1, 2, 3)},
+        "HSDP needs a (replicate, shard) mesh of at least 2 x 2 ranks",
+    ),
+    Rule(
+        {"sharding": ("hybrid_shard", "hybrid_shard_zero2"), "api": "sd_local"},
+        "FSDP1 refuses LOCAL_STATE_DICT with a DeviceMesh (HSDP): 'DeviceMesh is not compatible with "
+        "LOCAL_STATE_DICT', by design",
+    ),
+    Rule(
+        {"wrapper": "fsdp1", "optimizer": "adamw+groups"},
+        "FSDP1 without use_orig_params gives the optimizer one flat parameter per unit: weights and "
+        "biases cannot go in separate param groups",
+    ),
+    Rule(
+        {"model": EXPERT_MODELS, "world_size": 1},
+        "expert parallelism needs at least 2 ranks: one rank holds every expert",
+    ),
+    Rule(
+        {"model": EXPERT_MODELS, "storage": ONE_FILE_STORAGES},
+        "each rank holds its own expert (expert parallelism): one file written by rank 0 holds rank "
+        "0's expert only",
+    ),
+    Rule(
+        {"model": EXPERT_MODELS, "family": "ddp"},
+        "DDP all-reduces every parameter over the whole world: experts held by some ranks only need "
+        "their own groups",
+    ),
+    Rule(
+        {"model": EXPERT_MODELS, "sharding": HSDP_SHARDINGS},
+        "expert parallelism on an HSDP mesh is not built into the suite yet",
+    ),
+    Rule(
+        {"family": "ddp", "precision": "bf16"},
+        "DDP has no mixed-precision setting: autocast leaves the fp32 parameters, and so the checkpoint, unchanged",
+    ),
+)
+
+
+def first_reason(rules: tuple[Rule, ...], cell: Case | Transfer) -> str | None:
+    """The reason of the first rule the cell matches, or None."""
+    return next((rule.reason for rule in rules if rule.matches(cell)), None)
+
+
+def unsupported_reason(case: Case) -> str | None:
+    return first_reason(UNSUPPORTED, case)
+
+
+# A transfer whose axes (Transfer.axes(): the save case's, and load_* for the other side)
+# match cannot load by design: its load must raise.
+REFUSALS: tuple[Rule, ...] = (
+    Rule(
+        {"check": "reshard", "kind": "local"},
+        "LOCAL_STATE_DICT holds each rank's flat shard as it is: it belongs to one world size",
+    ),
+    *(  # what each storage refuses by design (conformance.strategy.storage)
+        Rule({"check": "reshard", "storage": name, **axes}, reason)
+        for name, storage in STORAGE_OBJECTS.items()
+        for axes, reason in storage.reshard_refusals
+    ),
+    Rule(
+        {"check": "interop", "storage_change": "yes"},
+        "the loading configuration reads another storage format than the saving one wrote",
+    ),
+)
+
+
+def refusal_reason(transfer: Transfer) -> str | None:
+    return first_reason(REFUSALS, transfer)
+
+
+def transfer_unsupported_reason(transfer: Transfer) -> str | None:
+    """Unsupported when either side is (the round trip's rules), with that side named."""
+    for side, case in (("save", transfer.save), ("load", transfer.load)):
+        reason = unsupported_reason(case)
+        if reason:
+            return f"{side} side ({case.config}): {reason}"
+    return None
