@@ -22,7 +22,7 @@ from conformance.adapters import ADAPTER_MODELS
 from conformance.case import Case
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
-from conformance.strategy.wrappers import expert_mesh, local_experts
+from conformance.strategy.wrappers import fully_shard_model
 from conformance.world import RankContext
 
 FSDP1_SHARDINGS = ("full_shard", "shard_grad_op", "no_shard")
@@ -165,26 +165,14 @@ class FabricModelParallel(FabricStrategy):
 
 
 def fully_shard_linears(model: nn.Module, device_mesh: Any, ctx: RankContext) -> nn.Module:
-    """fully_shard as the built-in FSDP2 wrapper applies it: an expert-parallel model's experts
-    on their expert-data-parallel sub-mesh, then the model's wrap units (every Linear unless the
-    model names others), then the root, on Fabric's data-parallel mesh. Sharding every Linear of
-    the tied model split its tied head from the embedding: FSDP2 refuses that ("use
-    fully_shard([module_a, module_b])"), a fault of this parallelize function, not of Fabric;
-    and without the sub-mesh the moe rows sharded each rank's expert over the whole world as if
-    the experts were one tensor: no expert parallelism was tested."""
-    from torch.distributed.fsdp import fully_shard
-
-    mesh = device_mesh["data_parallel"]
-    experts = local_experts(model)
-    if experts is not None:
-        sub_mesh = expert_mesh(ctx, model.experts_in(ctx.world_size))  # type: ignore[operator]
-        for expert in experts.values():
-            fully_shard(expert, mesh=sub_mesh)
-    units = tuple(getattr(model, "wrap_units", (nn.Linear,)))
-    for module in list(model.modules())[1:]:
-        if isinstance(module, units):
-            fully_shard(module, mesh=mesh)
-    return fully_shard(model, mesh=mesh)
+    """The parallelize function: fully_shard as the built-in FSDP2 wrapper applies it
+    (wrappers.fully_shard_model: experts on their sub-mesh, the wrap units, the root), on
+    Fabric's data-parallel mesh. Sharding every Linear of the tied model split its tied head
+    from the embedding: FSDP2 refuses that ("use fully_shard([module_a, module_b])"), a fault
+    of this parallelize function, not of Fabric; and without the sub-mesh the moe rows sharded
+    each rank's expert over the whole world as if the experts were one tensor: no expert
+    parallelism was tested."""
+    return fully_shard_model(model, device_mesh["data_parallel"], ctx)
 
 
 FABRIC_FSDP = RegisteredStrategy(

@@ -10,6 +10,7 @@ the root then shards the rest over the whole world.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -168,27 +169,35 @@ class Fsdp2Wrapper:
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
 
-        fully_shard = fully_shard_fn()
         mesh = hsdp_mesh(ctx) if self.hsdp else init_device_mesh(ctx.device.type, (ctx.world_size,))
-        kwargs: dict[str, object] = {"mesh": mesh, "reshard_after_forward": self.reshard_after_forward}
+        kwargs: dict[str, object] = {"reshard_after_forward": self.reshard_after_forward}
         if self.bf16:
             kwargs["mp_policy"] = mixed_precision_policy_cls()(
                 param_dtype=torch.bfloat16, reduce_dtype=torch.float32
             )
         model = model.to(ctx.device)
-        experts = local_experts(model)
-        if experts is not None:
-            if self.hsdp:
-                raise ValueError("expert parallelism with FSDP2 HSDP is not built")
-            sub_mesh = expert_mesh(ctx, _experts_in(model, ctx))
-            for expert in experts.values():
-                fully_shard(expert, **{**kwargs, "mesh": sub_mesh})
-        units = tuple(getattr(model, "wrap_units", (nn.Linear,)))
-        for module in list(model.modules())[1:]:
-            if isinstance(module, units):
-                fully_shard(module, **kwargs)
-        fully_shard(model, **kwargs)
-        return model
+        if self.hsdp and local_experts(model) is not None:
+            raise ValueError("expert parallelism with FSDP2 HSDP is not built")
+        return fully_shard_model(model, mesh, ctx, **kwargs)
+
+
+def fully_shard_model(model: nn.Module, mesh: Any, ctx: RankContext, **kwargs: object) -> nn.Module:
+    """fully_shard as the suite applies it, for the built-in FSDP2 wrapper and the adapters'
+    parallelize functions alike: an expert-parallel model's experts on their
+    expert-data-parallel sub-mesh, then the model's wrap units (every Linear unless the model
+    names others), then the root, on `mesh`. kwargs: fully_shard's other options."""
+    fully_shard = fully_shard_fn()
+    experts = local_experts(model)
+    if experts is not None:
+        sub_mesh = expert_mesh(ctx, _experts_in(model, ctx))
+        for expert in experts.values():
+            fully_shard(expert, mesh=sub_mesh, **kwargs)
+    units = tuple(getattr(model, "wrap_units", (nn.Linear,)))
+    for module in list(model.modules())[1:]:
+        if isinstance(module, units):
+            fully_shard(module, mesh=mesh, **kwargs)
+    fully_shard(model, mesh=mesh, **kwargs)
+    return model
 
 
 def unwrap(model: nn.Module) -> nn.Module:

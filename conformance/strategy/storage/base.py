@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import struct
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from conformance.strategy.protocol import StateDict
-from conformance.world import RankContext
+from conformance.strategy.protocol import Storage as IoStorage
 
 # A reshard the storage refuses by design: (axes of the transfer it applies to, beyond
 # check=reshard and this storage; the reason).
 Refusal = tuple[dict[str, Any], str]
 
 
-class Storage(Protocol):
+class Storage(IoStorage, Protocol):
+    """A storage as the checks know it: how it saves, loads and reads (protocol.Storage, what
+    a composed strategy calls), and what that means for the checks."""
+
     name: str  # the storage axis of a cell id
     one_file_by_rank0: bool  # rank 0 writes one file that every rank reads
     per_rank: bool  # every rank writes a file of its own and reads its own back
@@ -26,14 +27,6 @@ class Storage(Protocol):
     representative: bool  # a property's group of cells is stood for by a cell of this storage first
     damage: tuple[str, ...]  # the corrupt check's variants that apply to what it writes
     reshard_refusals: tuple[Refusal, ...]
-
-    def save(self, state: StateDict, path: Path, ctx: RankContext) -> None: ...
-
-    def load(self, path: Path, ctx: RankContext, template: Callable[[], StateDict]) -> StateDict: ...
-
-    def read(self, path: Path) -> StateDict:
-        """The saved state in one process, no process group (for full checkpoints)."""
-        ...
 
     def payload(self, path: Path) -> tuple[Path, int, int]:
         """(file, offset, length) of the largest tensor payload it wrote (flipped_bytes)."""
