@@ -8,5 +8,5 @@ from collections.abc import Callable
 from conformance.case import Case
 
 
-def test_roundtrip(matrix_case: Case, conformance_cell: Callable[[Case], object]) -> None:
-    conformance_cell(matrix_case)
+def test_roundtrip(roundtrip_case: Case, conformance_cell: Callable[[Case], object]) -> None:
+    conformance_cell(roundtrip_case)

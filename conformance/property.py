@@ -26,7 +26,6 @@ from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.storage import STORAGES
 
 Cell = Case | Transfer
-PROPERTY_CHECKS = ("reshard", "resume", "roundtrip")
 SMALL_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31)
 GENERATED = "generated"  # a property's model and optimizer axes
 
@@ -80,6 +79,13 @@ def _preference(cell: Cell) -> tuple[int, int, str]:
     return (not (storage and storage.representative), not case.api.startswith("dsd"), cell.id)
 
 
+def property_checks() -> tuple[str, ...]:
+    """The checks the properties run (those the registry marks `properties`)."""
+    from conformance.check.registry import CHECKS
+
+    return tuple(name for name, check in CHECKS.items() if check.properties)
+
+
 def properties(profile: str) -> list[Property]:
     """The profile's properties: a round trip for each wrapper and state-dict kind at 2 ranks;
     resharding between 1 and 2 ranks, both ways, for each sharding family and kind; a
@@ -88,7 +94,7 @@ def properties(profile: str) -> list[Property]:
     from conformance.strategy.registry import Registry
 
     groups: dict[tuple[Any, ...], list[Cell]] = {}
-    for check in PROPERTY_CHECKS:
+    for check in property_checks():
         for cell in run_cells(Registry(), profile, check):
             if isinstance(cell, Transfer):
                 save = cell.save

@@ -10,14 +10,14 @@ import zlib
 import torch
 
 from conformance.case import Case, Transfer
-from conformance.check import corrupt, hygiene, resume, transfer
-from conformance.check.phases import STATUS_OUTCOMES, Phases
-from conformance.check.roundtrip import RoundTrip, StrategyFactory, run_roundtrip
+from conformance.check.base import StrategyFactory
+from conformance.check.phases import Phases
+from conformance.check.registry import CHECKS
 from conformance.matrix import refusal_reason, transfer_unsupported_reason, unsupported_reason
 from conformance.outcome import CellResult, Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.registry import RegisteredStrategy
-from conformance.world import CellPool, CellRun
+from conformance.world import CellPool
 from conformance.world.devices import visible_gpus
 
 Cell = Case | Transfer
@@ -54,30 +54,6 @@ def environment_skip(case: Case, backend: str) -> str | None:
 def case_seed(case: Cell) -> int:
     """Stable across runs and xdist workers (Python's hash() is not)."""
     return zlib.crc32(case.id.encode()) % 2**31
-
-
-def _summarize(case: Case, run: CellRun) -> tuple[Outcome, str]:
-    outcome, detail = _outcome(case, run)
-    return outcome, run.described(detail)
-
-
-def _outcome(case: Case, run: CellRun) -> tuple[Outcome, str]:
-    if run.status != "ok":
-        return STATUS_OUTCOMES[run.status], run.detail
-    failures = [line for value in run.values for line in value["failures"]]
-    if failures:
-        total = sum(value["failure_count"] for value in run.values)
-        return Outcome.FAIL, f"{total} differences after the round trip:\n" + "\n".join(failures)
-    rank0 = run.values[0]["compared"]
-    return Outcome.PASS, (
-        f"bitwise equal after the round trip: {rank0['tensors']} tensors "
-        f"({rank0['elements']} elements) of the gathered state on rank 0, "
-        f"and every rank's local state ({run.values[0]['compared']['keys']} keys on rank 0) "
-        f"on {case.world_size} rank(s)"
-    )
-
-
-CHECKS = {"resume": resume.execute, "hygiene": hygiene.execute, "corrupt": corrupt.execute}
 
 
 def _not_here(cell: Cell, backend: str, registered: RegisteredStrategy | None) -> tuple[Outcome, str] | None:
@@ -158,20 +134,7 @@ def _run_case(
     verdict = _not_here(case, backend, registered)
     if verdict:
         return CellResult(case.id, axes, verdict[0], verdict[1], 0.0)
-    if case.check != "roundtrip":
-        phases = Phases(pool, backend, timeout_s, seed=case_seed(case))
-        if isinstance(case, Transfer):
-            outcome, detail = transfer.execute(phases, case, refusal_reason(case), strategy_factory)
-        else:
-            outcome, detail = CHECKS[case.check](phases, case, strategy_factory)
-        return CellResult(case.id, axes, outcome, phases.described(detail), time.monotonic() - start)
-    run = pool.run(
-        backend,
-        case.world_size,
-        run_roundtrip,
-        RoundTrip(case, strategy_factory),
-        timeout_s=timeout_s,
-        seed=case_seed(case),
-    )
-    outcome, detail = _summarize(case, run)
-    return CellResult(case.id, axes, outcome, detail, time.monotonic() - start)
+    phases = Phases(pool, backend, timeout_s, seed=case_seed(case))
+    refusal = refusal_reason(case) if isinstance(case, Transfer) else None
+    outcome, detail = CHECKS[case.check].execute(phases, case, strategy_factory, refusal)
+    return CellResult(case.id, axes, outcome, phases.described(detail), time.monotonic() - start)

@@ -70,3 +70,12 @@ def test_a_fresh_document_matches_the_schema() -> None:
     cell = CellResult(case.id, {**case.axes(), "backend": "gloo"}, Outcome.PASS, "ok", 0.1)
     found = problems(results_document(env, [cell]), SCHEMA)
     assert not found, found
+
+
+def test_the_schema_names_every_registered_check_and_no_other() -> None:
+    """The check axis's enum is the registry's: a check added without the schema fails here."""
+    from conformance.check.registry import CHECKS
+
+    cell_axes = SCHEMA["properties"]["cells"]["items"]["properties"]["axes"]["properties"]
+    expected = [*CHECKS, *(f"property-{name}" for name, check in CHECKS.items() if check.properties)]
+    assert sorted(cell_axes["check"]["enum"]) == sorted(expected)

@@ -21,8 +21,10 @@ import dataclasses
 from pathlib import Path
 
 from conformance.case import Case
+from conformance.check.base import CaseCells, Check, Feature
 from conformance.check.phases import PhaseError, Phases
 from conformance.check.roundtrip import StrategyFactory
+from conformance.check.slices import Slice
 from conformance.check.transfer import LoadSpec, SaveSpec, load_phase, save_phase
 from conformance.outcome import Outcome
 from conformance.strategy.storage import STORAGES, Storage
@@ -75,7 +77,7 @@ def damage(directory: Path, variant: str, storage: Storage, world_size: int) -> 
     raise ValueError(f"unknown corruption {variant!r}")
 
 
-def execute(phases: Phases, case: Case, factory: StrategyFactory) -> tuple[Outcome, str]:
+def execute(phases: Phases, case: Case, factory: StrategyFactory, refusal: str | None) -> tuple[Outcome, str]:
     directory = phases.scratch()
     save_case = dataclasses.replace(case, check="roundtrip", variant="")
     load_case = (
@@ -106,3 +108,29 @@ def execute(phases: Phases, case: Case, factory: StrategyFactory) -> tuple[Outco
             + "\n".join(differences)
         )
     return Outcome.FAIL, f"loaded a damaged checkpoint without an error ({done}); the values compared equal"
+
+
+def _damage_of(storage: Storage) -> tuple[str, ...]:
+    return storage.damage
+
+
+CORRUPT_SLICE = Slice(
+    "bad checkpoints",
+    (("ddp", "replicate"), ("fsdp1", "full_shard"), ("fsdp2", "shard")),
+    ("dsd_sharded", "sd_full", "sd_sharded"),
+    variants=_damage_of,
+)
+
+CHECK = Check(
+    name="corrupt",
+    title="Bad checkpoints: the load must raise",
+    shape=CaseCells(
+        {
+            "ci": ((CORRUPT_SLICE, (2,)),),
+            "default": ((CORRUPT_SLICE, (2,)),),
+            "full": ((CORRUPT_SLICE, (1, 2, 4)),),
+        }
+    ),
+    execute=execute,
+    features=(Feature("rejects bad", "a damaged checkpoint fails to load"),),
+)

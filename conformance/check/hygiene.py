@@ -13,6 +13,7 @@ bitwise.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,11 @@ import torch
 
 from conformance.case import Case
 from conformance.check import snapshot
+from conformance.check.base import CaseCells, Check, Feature
 from conformance.check.compare import compare_states
 from conformance.check.phases import PhaseError, Phases
 from conformance.check.roundtrip import StrategyFactory, limit_lines
+from conformance.check.slices import MAIN_WRAPPERS, Slice
 from conformance.check.snapshot import Snapshot
 from conformance.check.transfer import SaveSpec, save_phase
 from conformance.outcome import Outcome
@@ -103,7 +106,7 @@ def inspect_phase(ctx: RankContext, spec: InspectSpec) -> dict[str, Any]:
     }
 
 
-def execute(phases: Phases, case: Case, factory: StrategyFactory) -> tuple[Outcome, str]:
+def execute(phases: Phases, case: Case, factory: StrategyFactory, refusal: str | None) -> tuple[Outcome, str]:
     if not callable(getattr(factory(case), "read_model_state", None)):
         return (
             Outcome.UNSUPPORTED,
@@ -129,3 +132,21 @@ def execute(phases: Phases, case: Case, factory: StrategyFactory) -> tuple[Outco
         f"consumable: {inspected[0]['tensors']} tensors, no wrapper prefix, the model's dtypes, loads into the "
         "plain model with strict=True, values bitwise the trained ones"
     )
+
+
+HYGIENE_SLICE = Slice("key hygiene", MAIN_WRAPPERS, precisions=("bf16", "fp32"), kinds=("full",))
+HYGIENE_CI_SLICE = dataclasses.replace(HYGIENE_SLICE, apis=("dsd_full", "sd_full", "sd_full_rank0"))
+
+CHECK = Check(
+    name="hygiene",
+    title="Key hygiene: the full checkpoint loads strict=True into the plain model",
+    shape=CaseCells(
+        {
+            "ci": ((HYGIENE_CI_SLICE, (2,)),),
+            "default": ((HYGIENE_CI_SLICE, (2,)),),
+            "full": ((HYGIENE_SLICE, (1, 2, 4)),),
+        }
+    ),
+    execute=execute,
+    features=(Feature("hygiene", "a full checkpoint loads strict into the plain model"),),
+)

@@ -10,6 +10,7 @@ rank and the step only). Every per-step loss, and the final parameters and optim
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import torch.distributed as dist
 
 from conformance.case import Case
+from conformance.check.base import CaseCells, Check, Feature
 from conformance.check.compare import compare_states, first_of_each_kind
 from conformance.check.phases import PhaseError, Phases
 from conformance.check.roundtrip import (
@@ -28,6 +30,7 @@ from conformance.check.roundtrip import (
     limit_lines,
     preload_hook,
 )
+from conformance.check.slices import MAIN_APIS, MAIN_WRAPPERS, Slice
 from conformance.check.snapshot import count_elements, full_state, local_state
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
@@ -102,7 +105,7 @@ def run_b(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
     return {"failures": limit_lines(failures), "failure_count": len(failures)}
 
 
-def execute(phases: Phases, case: Case, factory: StrategyFactory) -> tuple[Outcome, str]:
+def execute(phases: Phases, case: Case, factory: StrategyFactory, refusal: str | None) -> tuple[Outcome, str]:
     directory = str(phases.scratch())
     try:
         a = phases.run(
@@ -130,3 +133,26 @@ def execute(phases: Phases, case: Case, factory: StrategyFactory) -> tuple[Outco
         f"the resumed run is bitwise the run it was saved from: {TRAIN_STEPS} losses per rank, then "
         f"{tensors} tensors ({elements} elements) of the gathered state and every rank's local state"
     )
+
+
+RESUME_SLICE = Slice("resume", MAIN_WRAPPERS, MAIN_APIS, optimizers=("adamw+sched",))
+# a frozen layer in the optimizer and a never-stepped one: what a resume must carry, at 2 ranks
+RESUME_IDLE_SLICE = dataclasses.replace(
+    RESUME_SLICE, apis=("dsd_sharded", "sd_full"), models=("frozen_idle",)
+)
+
+CHECK = Check(
+    name="resume",
+    title="Resume: the resumed run continues bitwise as the run it was saved from",
+    shape=CaseCells(
+        {
+            "ci": ((RESUME_SLICE, (2,)), (RESUME_IDLE_SLICE, (2,))),
+            "default": ((RESUME_SLICE, (2,)), (RESUME_IDLE_SLICE, (2,))),
+            "full": ((RESUME_SLICE, (1, 2, 4)), (RESUME_IDLE_SLICE, (1, 2, 4))),
+        }
+    ),
+    execute=execute,
+    features=(Feature("resume", "the resumed run continues bitwise"),),
+    registered=True,
+    properties=True,
+)

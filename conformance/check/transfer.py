@@ -109,7 +109,7 @@ def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
     }
 
 
-def execute(phases: Phases, transfer: Transfer, refusal: str | None, factory: StrategyFactory) -> Verdict:
+def execute(phases: Phases, transfer: Transfer, factory: StrategyFactory, refusal: str | None) -> Verdict:
     """Save, load in the other configuration, compare. `refusal`: why the load must fail, if
     it must."""
     directory = str(phases.scratch())

@@ -1,39 +1,40 @@
 """The matrix: which cells exist per profile, and which are unsupported and why.
 
 Everything that decides whether a combination runs lives here, in tables that read like
-tables. A profile is a list of slices, each a product of axis values at some world sizes.
+tables. Each check declares its cells per profile: slices, each a product of axis values at
+some world sizes (conformance.check.registry).
 Unsupported cells stay in the matrix (and in results.json) as `unsupported`, with their
 reason; they never count as passes.
 
-Its parts, one job each: profiles (axes, slices, profiles), rules (unsupported cells and
+Its parts, one job each: profiles (their names), rules (unsupported cells and
 refusals, with reasons), cells (the cells of a run). This face is what the suite imports.
 """
 
 from __future__ import annotations
 
-from conformance.matrix.cells import (
-    CHECKS,
-    cases,
-    cells,
-    run_cells,
-    strategy_cells,
-    transfers,
-)
-from conformance.matrix.profiles import (
+from conformance.check.interop import INTEROP_CONFIGS
+from conformance.check.registry import CHECKS
+from conformance.check.slices import (
     ALL_WRAPPERS,
     EXPERT_MODELS,
     HSDP_SHARDINGS,
-    INTEROP_CONFIGS,
     MAIN_APIS,
     MAIN_WRAPPERS,
     MODELS,
     OPTIMIZERS,
-    PROFILES,
     STORAGES,
-    VARIANTS,
-    Profile,
     Slice,
 )
+from conformance.matrix.cells import (
+    cases,
+    cells,
+    registered_checks,
+    run_cells,
+    strategy_cells,
+    transfers,
+    validate,
+)
+from conformance.matrix.profiles import PROFILES, Profile
 from conformance.matrix.rules import (
     REFUSALS,
     UNSUPPORTED,
@@ -58,7 +59,6 @@ __all__ = [
     "REFUSALS",
     "STORAGES",
     "UNSUPPORTED",
-    "VARIANTS",
     "Profile",
     "Rule",
     "Slice",
@@ -66,9 +66,11 @@ __all__ = [
     "cells",
     "first_reason",
     "refusal_reason",
+    "registered_checks",
     "run_cells",
     "strategy_cells",
     "transfer_unsupported_reason",
     "transfers",
     "unsupported_reason",
+    "validate",
 ]

@@ -1,15 +1,14 @@
-"""The cells of a run: a profile's cells per check, and each registered strategy's, sorted by id."""
+"""The cells of a run: a profile's cells per check, and each registered strategy's, sorted by id.
+Which cells a check has is its own declaration (conformance.check.registry)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from conformance.case import Case, Transfer
-from conformance.matrix.profiles import INTEROP_CONFIGS, PROFILES, Profile
-from conformance.strategy.registry import STRATEGY_CHECKS, STRATEGY_KINDS, RegisteredStrategy, Registry
-
-CHECKS = ("corrupt", "hygiene", "interop", "reshard", "resume", "roundtrip")
+from conformance.check.registry import CHECKS
+from conformance.matrix.profiles import PROFILES, Profile
+from conformance.strategy.registry import RegisteredStrategy, Registry
 
 
 def _profile(name: str) -> Profile:
@@ -19,66 +18,63 @@ def _profile(name: str) -> Profile:
         raise ValueError(f"unknown matrix profile {name!r}; known: {sorted(PROFILES)}") from None
 
 
-def cases(profile: str, check: str = "roundtrip") -> list[Case]:
-    """Every cell of a profile for a check run on one configuration, sorted: ids and order are
-    the same in every run and worker."""
-    parts = _profile(profile).parts
-    unique = {case for slice_, sizes in parts if slice_.check == check for case in slice_.cases(sizes)}
-    return sorted(unique, key=lambda c: c.id)
+def _check(name: str) -> Any:
+    try:
+        return CHECKS[name]
+    except KeyError:
+        raise ValueError(f"unknown check {name!r}; known: {list(CHECKS)}") from None
 
 
 def cells(profile: str, check: str) -> list[Case] | list[Transfer]:
-    """Every cell of a profile for any check, sorted by id."""
-    return transfers(profile, check) if check in ("reshard", "interop") else cases(profile, check)
+    """Every built-in cell of a profile for a check, sorted by id: ids and order are the same in
+    every run and worker."""
+    _profile(profile)
+    return _check(check).cells(profile)
+
+
+def cases(profile: str, check: str = "roundtrip") -> list[Case]:
+    """The cells of a check whose cells are one configuration each (not a transfer)."""
+    out = cells(profile, check)
+    if any(isinstance(c, Transfer) for c in out):
+        raise ValueError(f"the {check} check's cells are transfers: use cells()")
+    return out  # type: ignore[return-value]
 
 
 def transfers(profile: str, check: str) -> list[Transfer]:
     """Every reshard or interop cell of a profile, sorted by id."""
-    prof = _profile(profile)
-    out: set[Transfer] = set()
-    if check == "reshard":
-        for slice_, pairs in prof.reshard:
-            for case in slice_.cases((1,)):
-                for n, m in pairs:
-                    save = dataclasses.replace(case, check="roundtrip", world_size=n)
-                    out.add(Transfer("reshard", save, dataclasses.replace(save, world_size=m)))
-    elif check == "interop":
-        for ws in prof.interop:
-            configs = [Case(w, s, a, st, "adamw", "mlp", ws) for w, s, a, st in INTEROP_CONFIGS]
-            out.update(Transfer("interop", save, load) for save in configs for load in configs)
-    else:
+    out = cells(profile, check)
+    if any(isinstance(c, Case) for c in out):
         raise ValueError(f"not a transfer check: {check!r}")
-    return sorted(out, key=lambda t: t.id)
+    return out  # type: ignore[return-value]
 
 
 def strategy_cells(strategy: RegisteredStrategy, profile: str, check: str) -> list[Case] | list[Transfer]:
-    """A registered strategy's cells: the profile's wrappers, optimizers, models, precisions and
-    world sizes of the check (its reshard pairs for reshard), for each of STRATEGY_KINDS, in
-    the strategy's name and storage. Whether it takes each is its own declaration."""
-    if check not in STRATEGY_CHECKS:
-        return []
+    """A registered strategy's cells of a check (none when the check is not offered to
+    registered strategies); whether it takes each is its own declaration."""
+    _profile(profile)
+    return _check(check).strategy_cells(profile, strategy)
 
-    def mine(case: Case, kind: str) -> Case:
-        return dataclasses.replace(
-            case, api=kind, storage=strategy.storage, strategy=strategy.name, variant=""
-        )
 
-    if check == "reshard":
-        pairs = {(t.save, t.load.world_size) for t in transfers(profile, check)}
-        out = {
-            Transfer("reshard", mine(save, k), dataclasses.replace(mine(save, k), world_size=m))
-            for save, m in pairs
-            for k in STRATEGY_KINDS
-        }
-        return sorted(out, key=lambda t: t.id)
-    return sorted(
-        {mine(case, k) for case in cases(profile, check) for k in STRATEGY_KINDS}, key=lambda c: c.id
-    )
+def registered_checks() -> tuple[str, ...]:
+    """The checks a registered strategy may declare in Supports.checks."""
+    return tuple(name for name, check in CHECKS.items() if check.registered)
+
+
+def validate(registry: Registry) -> None:
+    """Every registered strategy declares only checks offered to registered strategies."""
+    offered = registered_checks()
+    for name, strategy in sorted(registry.strategies.items()):
+        unknown = sorted(set(strategy.supports.checks) - set(offered))
+        if unknown:
+            raise ValueError(
+                f"{name}: checks {unknown} are not offered to registered strategies; offered: {offered}"
+            )
 
 
 def run_cells(registry: Registry, profile: str, check: str) -> list[Case] | list[Transfer]:
     """The cells of a check in a run: the built-in matrix's (unless the registry leaves it
     out), then each registered strategy's, every list sorted by id."""
+    validate(registry)
     out: list[Any] = list(cells(profile, check)) if registry.builtin else []
     for _, strategy in sorted(registry.strategies.items()):
         out += strategy_cells(strategy, profile, check)

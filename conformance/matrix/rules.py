@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.case import Case, Transfer
-from conformance.matrix.profiles import (
+from conformance.check.slices import (
     EXPERT_MODELS,
     HSDP_SHARDINGS,
     IN_PLACE_STORAGES,

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 
 from conformance.case import Case, Transfer
-from conformance.matrix import CHECKS, run_cells
+from conformance.check.registry import CHECKS
+from conformance.matrix import run_cells
 from conformance.plugin.shared import REGISTRY_KEY
 from conformance.property import properties
 
 # fixture name -> the check whose cells it takes, one test per cell of the --matrix profile
-CELL_FIXTURES = {"matrix_case": "roundtrip", **{f"{check}_case": check for check in CHECKS}}
+CELL_FIXTURES = {check.fixture: name for name, check in CHECKS.items()}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from conformance.case import repro_command as command
+from conformance.check.base import GridCells
+from conformance.check.registry import CHECKS
 from conformance.outcome import FAILING, CellResult, Outcome, first_line
 from conformance.report import tables
 
@@ -120,7 +122,7 @@ def _grids(cells: list[CellResult], known: Mapping[str, Any]) -> str:
     """The feature x strategy table and the square save x load grid (interop), when the run
     has those cells."""
     words = "; ".join(f"{w}: {m}" for w, m in tables.SUPPORT_WORDS.items())
-    meaning = "; ".join(f"{f.name}: {f.meaning}" for f in tables.FEATURES)
+    meaning = "; ".join(f"{f.name}: {f.meaning}" for _, f in tables.FEATURES)
     features = tables.feature_table(cells, known)
     out = [
         '<details open id="features"><summary><h2>Features by strategy</h2></summary>',
@@ -130,13 +132,14 @@ def _grids(cells: list[CellResult], known: Mapping[str, Any]) -> str:
         else f"<p>{html.escape(tables.NO_FEATURE_CELLS)}</p>",
         "</details>",
     ]
-    interop = [c for c in cells if c.axes.get("check") == "interop"]
-    if interop:
-        out += [
-            '<details open id="interop"><summary><h2>Save x load grid (interop)</h2></summary>',
-            _table(tables.check_table("interop", interop, known), "rows: saved by; columns: loaded by"),
-            "</details>",
-        ]
+    for name, check in CHECKS.items():  # the square grids (interop): saved by x loaded by
+        grid = [c for c in cells if c.axes.get("check") == name]
+        if grid and isinstance(check.shape, GridCells):
+            out += [
+                f'<details open id="{name}"><summary><h2>{html.escape(check.title)}</h2></summary>',
+                _table(tables.check_table(name, grid, known), "rows: saved by; columns: loaded by"),
+                "</details>",
+            ]
     return "\n".join(out)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from conformance.check.registry import CHECKS
 from conformance.findings import Finding, explaining
 from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome, first_line
 from conformance.report.tables import (
@@ -39,14 +40,7 @@ LEGEND = (
 )
 
 
-CHECK_TITLES = {
-    "roundtrip": "Round trip: save, load into a fresh model, compare",
-    "resume": "Resume: the resumed run continues bitwise as the run it was saved from",
-    "reshard": "Resharding: saved in N ranks, loaded in a separate world of M",
-    "interop": "Interop: saved by the row's configuration, loaded by the column's",
-    "hygiene": "Key hygiene: the full checkpoint loads strict=True into the plain model",
-    "corrupt": "Bad checkpoints: the load must raise",
-}
+CHECK_TITLES = {name: check.title for name, check in CHECKS.items()}  # their order is the report's
 
 
 def _markdown(table: Table) -> str:
@@ -74,7 +68,7 @@ def _features(cells: list[CellResult], known: Mapping[str, Any], findings: list[
         "cells of this run that test it: "
         + "; ".join(f"{w}: {m}" for w, m in SUPPORT_WORDS.items())
         + ". The features: "
-        + "; ".join(f"{f.name}: {f.meaning}" for f in FEATURES)
+        + "; ".join(f"{f.name}: {f.meaning}" for _, f in FEATURES)
         + ".",
         "",
         _markdown(table) if table[1] else NO_FEATURE_CELLS,

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
 from conformance.case import Case
+from conformance.check.base import Feature, GridCells, ReshardCells
+from conformance.check.registry import CHECKS
 from conformance.outcome import FAILING, CellResult, Outcome
 
 Table = tuple[list[str], list[list[str]]]
@@ -68,7 +70,10 @@ HEADERS = ["wrapper", "sharding", "api", "kind", "storage", "optimizer", "model"
 def check_table(check: str, cells: list[CellResult], known: Mapping[str, Any]) -> Table:
     """One check's grid: strategies by world size; resharding by N-to-M pair; interop as the
     square grid, rows the saving configuration and columns the loading one."""
-    if check in ("reshard", "property-reshard"):
+    shape = (
+        CHECKS[check.removeprefix("property-")].shape if check.removeprefix("property-") in CHECKS else None
+    )
+    if isinstance(shape, ReshardCells):
         return grid(
             cells,
             lambda c: tuple(str(c.axes[k]) for k in ("wrapper", "sharding", "api", "storage")),
@@ -76,7 +81,7 @@ def check_table(check: str, cells: list[CellResult], known: Mapping[str, Any]) -
             ["wrapper", "sharding", "api", "storage"],
             known,
         )
-    if check == "interop":
+    if isinstance(shape, GridCells):
         return grid(
             cells,
             lambda c: (f"{config(c)} w{c.axes['world_size']}",),
@@ -104,64 +109,20 @@ def config(cell: CellResult) -> str:
     return Case(**{name: cell.axes[name] for name in _CASE_FIELDS if name in cell.axes}).config
 
 
-@dataclass(frozen=True)
-class Feature:
-    """A column of the feature table: which cells say whether a strategy has the feature."""
-
-    name: str
-    meaning: str
-    selects: Callable[[dict[str, Any]], bool]
-    strategy: Callable[[CellResult], str] = config  # the row a cell counts for
-
-
-def _roundtrip(axes: dict[str, Any]) -> bool:
-    return axes.get("check", "roundtrip") == "roundtrip"
-
-
-def _basic(axes: dict[str, Any]) -> bool:
-    return axes.get("model") == "mlp" and axes.get("precision") == "fp32" and axes.get("world_size") != 4
-
-
-FEATURES: tuple[Feature, ...] = (
-    Feature(
-        "round trip",
-        "the mlp with AdamW at 1-2 ranks",
-        lambda a: _roundtrip(a) and _basic(a) and a["optimizer"] == "adamw",
-    ),
-    Feature(
-        "optimizers",
-        "SGD, Adam, two param groups, an LR scheduler",
-        lambda a: _roundtrip(a) and _basic(a) and a["optimizer"] != "adamw",
-    ),
-    Feature("4 ranks", "the round trip at 4 ranks", lambda a: _roundtrip(a) and a["world_size"] == 4),
-    Feature("tied weights", "tied input and output embeddings", lambda a: a["model"] == "tied_transformer"),
-    Feature("buffers", "BatchNorm running stats and a frozen layer", lambda a: a["model"] == "bn_frozen"),
-    Feature("idle params", "a parameter that never got a gradient", lambda a: a["model"] == "frozen_idle"),
-    Feature(
-        "experts", "MoE experts on sub-groups, under one name on every rank", lambda a: a["model"] == "moe"
-    ),
-    Feature(
-        "named experts",
-        "MoE experts on sub-groups, each under a name of its own (DCP's advised layout)",
-        lambda a: a["model"] == "moe_named",
-    ),
-    Feature("bf16", "mixed precision keeps fp32 in the checkpoint", lambda a: a["precision"] == "bf16"),
-    Feature("resume", "the resumed run continues bitwise", lambda a: a.get("check") == "resume"),
-    Feature("reshard", "loads in another world size (or refuses)", lambda a: a.get("check") == "reshard"),
-    Feature("interop out", "others load what it saved", lambda a: a.get("check") == "interop"),
-    Feature(
-        "interop in",
-        "it loads what others saved",
-        lambda a: a.get("check") == "interop",
-        strategy=lambda c: str(c.axes["load_config"]),
-    ),
-    Feature(
-        "hygiene",
-        "a full checkpoint loads strict into the plain model",
-        lambda a: a.get("check") == "hygiene",
-    ),
-    Feature("rejects bad", "a damaged checkpoint fails to load", lambda a: a.get("check") == "corrupt"),
+# (check, feature): the columns of the feature table, each check's own (conformance.check.registry).
+FEATURES: tuple[tuple[str, Feature], ...] = tuple(
+    (name, feature) for name, check in CHECKS.items() for feature in check.features
 )
+
+
+def check_of(cell: CellResult) -> str:
+    return str(cell.axes.get("check", "roundtrip"))  # results of schema 1 before the axis existed
+
+
+def counts_for(feature: Feature, cell: CellResult) -> str:
+    """The strategy row a cell counts for: the configuration that saved, or that loaded."""
+    return str(cell.axes["load_config"]) if feature.by_loader else config(cell)
+
 
 SUPPORT_WORDS = {
     "yes": "every cell of the feature that ran passed",
@@ -202,9 +163,9 @@ def feature_table(cells: list[CellResult], known: Mapping[str, Any]) -> Table:
     """Strategies (rows) by features (columns); see FEATURES and SUPPORT_WORDS."""
     tested: dict[tuple[str, str], list[CellResult]] = defaultdict(list)
     for cell in cells:
-        for feature in FEATURES:
-            if feature.selects(cell.axes):
-                tested[(feature.strategy(cell), feature.name)].append(cell)
+        for check, feature in FEATURES:
+            if check_of(cell) == check and feature.selects(cell.axes):
+                tested[(counts_for(feature, cell), feature.name)].append(cell)
     strategies = sorted({strategy for strategy, _ in tested})
-    body = [[s, *(support(tested.get((s, f.name), []), known) for f in FEATURES)] for s in strategies]
-    return ["strategy", *(f.name for f in FEATURES)], body
+    body = [[s, *(support(tested.get((s, f.name), []), known) for _, f in FEATURES)] for s in strategies]
+    return ["strategy", *(f.name for _, f in FEATURES)], body

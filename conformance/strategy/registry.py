@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from conformance.strategy.protocol import Strategy
 
 ENTRY_POINT_GROUP = "conformance.strategies"
-STRATEGY_CHECKS = ("reshard", "resume", "roundtrip")  # the checks a registered strategy gets
 STRATEGY_KINDS = ("full", "sharded")  # the state-dict kinds it is asked for, one cell each
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -45,8 +44,8 @@ class Supports:
 
     wrappers: (wrapper, sharding) pairs as the matrix spells them, e.g. ("fsdp1", "full_shard"),
     ("fsdp1+orig", "shard_grad_op"), ("fsdp2", "shard"), ("ddp", "replicate").
-    kinds: the state-dict kinds it saves ("full", "sharded"). checks: of STRATEGY_CHECKS;
-    "reshard" means it loads a checkpoint in another world size. world_sizes, optimizers,
+    kinds: the state-dict kinds it saves ("full", "sharded"). checks: of those offered to registered
+    strategies (conformance.matrix.registered_checks(): the run says which on bad input); "reshard" means it loads a checkpoint in another world size. world_sizes, optimizers,
     models, precisions: None for every one the matrix has."""
 
     wrappers: tuple[tuple[str, str], ...]
@@ -89,11 +88,6 @@ class RegisteredStrategy:
             )
         if not _NAME.match(self.storage):
             raise ValueError(f"storage label {self.storage!r}: a lowercase word")
-        unknown = set(self.supports.checks) - set(STRATEGY_CHECKS)
-        if unknown:
-            raise ValueError(
-                f"{self.name}: checks {sorted(unknown)} are not offered; known: {STRATEGY_CHECKS}"
-            )
 
     def versions(self) -> dict[str, str | None]:
         """The installed version of each required distribution (None: not installed)."""

@@ -1,0 +1,159 @@
+"""What a check is: an object that carries its meaning, registered in conformance.check.registry.
+
+A `Check` has a name (the `check` axis and a word of its cell ids), a title and feature columns
+for the reports, the shape of its cells per profile (`CaseCells`: one configuration each;
+`ReshardCells`: saved in N ranks, loaded in M; `GridCells`: every configuration of a grid
+loading every other's checkpoint), the executor that runs a cell in the worlds of a pool, and
+whether registered strategies and the hypothesis properties get it. Nothing else lists the
+checks: the matrix, the runner, the pytest parametrisation and the reports read the registry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from conformance.case import Case, Transfer
+from conformance.check.phases import Phases
+from conformance.check.slices import PairParts, Parts
+from conformance.outcome import Outcome
+from conformance.strategy.protocol import Strategy
+from conformance.strategy.registry import STRATEGY_KINDS, RegisteredStrategy
+
+Cell = Case | Transfer
+StrategyFactory = Callable[[Case], Strategy]
+# (phases, cell, strategy factory, refusal) -> (outcome, detail). refusal: why the load of a
+# transfer must raise by design (conformance.matrix's rules), or None.
+Executor = Callable[[Phases, Any, StrategyFactory, "str | None"], tuple[Outcome, str]]
+
+
+def _any(axes: Mapping[str, Any]) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A column of the feature table: which of its check's cells say whether a strategy has the
+    feature. by_loader: the cell counts for the configuration that loaded (interop in), not the
+    one that saved."""
+
+    name: str
+    meaning: str
+    selects: Callable[[Mapping[str, Any]], bool] = _any
+    by_loader: bool = False
+
+
+def _sorted(cells: set[Any]) -> list[Any]:
+    return sorted(cells, key=lambda c: c.id)
+
+
+def mine(strategy: RegisteredStrategy, case: Case, kind: str) -> Case:
+    """A built-in cell as a registered strategy's: its name, its storage, the kind asked for."""
+    return dataclasses.replace(case, api=kind, storage=strategy.storage, strategy=strategy.name, variant="")
+
+
+class CellShape(Protocol):
+    def cells(self, check: str, profile: str) -> list[Any]: ...
+
+    def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Any]: ...
+
+
+@dataclass(frozen=True)
+class CaseCells:
+    """One configuration per cell: profile name -> its slices, each at some world sizes."""
+
+    parts: Mapping[str, Parts]
+
+    def cells(self, check: str, profile: str) -> list[Case]:
+        parts = self.parts.get(profile, ())
+        return _sorted({case for slice_, sizes in parts for case in slice_.cases(sizes, check)})
+
+    def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Case]:
+        return _sorted({mine(strategy, c, k) for c in self.cells(check, profile) for k in STRATEGY_KINDS})
+
+
+@dataclass(frozen=True)
+class ReshardCells:
+    """Saved in a world of N ranks, loaded in a separate world of M: profile -> slices and pairs."""
+
+    parts: Mapping[str, PairParts]
+
+    def _pairs(self, profile: str) -> set[tuple[Case, int]]:
+        return {
+            (dataclasses.replace(case, world_size=n), m)
+            for slice_, pairs in self.parts.get(profile, ())
+            for case in slice_.cases((1,))
+            for n, m in pairs
+        }
+
+    def cells(self, check: str, profile: str) -> list[Transfer]:
+        return _sorted(
+            {
+                Transfer(check, save, dataclasses.replace(save, world_size=m))
+                for save, m in self._pairs(profile)
+            }
+        )
+
+    def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Transfer]:
+        return _sorted(
+            {
+                Transfer(
+                    check, mine(strategy, save, k), dataclasses.replace(mine(strategy, save, k), world_size=m)
+                )
+                for save, m in self._pairs(profile)
+                for k in STRATEGY_KINDS
+            }
+        )
+
+
+@dataclass(frozen=True)
+class GridCells:
+    """Every configuration of the grid loads every configuration's checkpoint (itself included),
+    at the profile's world sizes. configs: (wrapper, sharding, api, storage)."""
+
+    configs: tuple[tuple[str, str, str, str], ...]
+    sizes: Mapping[str, tuple[int, ...]]
+
+    def cells(self, check: str, profile: str) -> list[Transfer]:
+        out: set[Transfer] = set()
+        for ws in self.sizes.get(profile, ()):
+            configs = [Case(w, s, a, st, "adamw", "mlp", ws) for w, s, a, st in self.configs]
+            out.update(Transfer(check, save, load) for save in configs for load in configs)
+        return _sorted(out)
+
+    def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Transfer]:
+        return []
+
+
+@dataclass(frozen=True)
+class Check:
+    """name: the check axis. title: its section in the reports. features: its columns of the
+    feature table. shape: its cells per profile. execute: runs one cell. registered: registered
+    strategies get its cells (each declares in Supports.checks which it takes). properties:
+    the hypothesis properties (cases/test_property.py) run it over generated configurations."""
+
+    name: str
+    title: str
+    shape: CellShape
+    execute: Executor
+    features: tuple[Feature, ...] = ()
+    registered: bool = False
+    properties: bool = False
+    description: str = field(default="")
+
+    @property
+    def fixture(self) -> str:
+        """The pytest fixture of its cells in cases/ (one test per cell of the profile)."""
+        return f"{self.name}_case"
+
+    def cells(self, profile: str) -> list[Any]:
+        """Its built-in cells in a profile, sorted by id (the same in every run and worker)."""
+        return self.shape.cells(self.name, profile)
+
+    def strategy_cells(self, profile: str, strategy: RegisteredStrategy) -> list[Any]:
+        """A registered strategy's cells: the profile's wrappers, optimizers, models, precisions
+        and world sizes of the check, for each of STRATEGY_KINDS, in the strategy's name and
+        storage. Whether it takes each is its own declaration (Supports)."""
+        return self.shape.strategy_cells(self.name, profile, strategy) if self.registered else []

@@ -1,0 +1,85 @@
+"""The matrix's axes and slices: products of axis values at some world sizes, the cells a check
+declares per profile (conformance.check.base)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from conformance.case import Case
+from conformance.strategy.builtin import STATE_APIS
+from conformance.strategy.storage import STORAGES as STORAGE_OBJECTS
+from conformance.strategy.storage import Storage
+
+FSDP1_SHARDINGS = ("full_shard", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "shard_grad_op")
+FSDP2_SHARDINGS = ("hsdp", "shard")
+HSDP_SHARDINGS = ("hsdp", "hybrid_shard", "hybrid_shard_zero2")
+
+# (wrapper, sharding): every wrapper configuration of the matrix.
+ALL_WRAPPERS: tuple[tuple[str, str], ...] = (
+    ("ddp", "replicate"),
+    *((w, s) for w in ("fsdp1", "fsdp1+orig") for s in FSDP1_SHARDINGS),
+    *((w, s) for w in ("fsdp2", "fsdp2+noreshard") for s in FSDP2_SHARDINGS),
+)
+MAIN_WRAPPERS: tuple[tuple[str, str], ...] = (
+    ("ddp", "replicate"),
+    ("fsdp1", "full_shard"),
+    ("fsdp1+orig", "full_shard"),
+    ("fsdp2", "shard"),
+)
+STORAGES: tuple[str, ...] = tuple(sorted(STORAGE_OBJECTS))
+# The storages by what they are (conformance.strategy.storage), for the rules of the matrix.
+ONE_FILE_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].one_file_by_rank0)
+PER_RANK_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].per_rank)
+IN_PLACE_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].loads_in_place)
+OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "adamw+groups", "adamw+sched", "sgd")
+MODELS: tuple[str, ...] = ("bn_frozen", "frozen_idle", "mlp", "tied_transformer")
+# Both layouts of experts on expert-parallel sub-groups: every rank's expert under one name
+# (moe, as fairscale and DeepSpeed do), and each under its own name (moe_named, DCP's advice).
+EXPERT_MODELS = ("moe", "moe_named")
+MAIN_APIS: tuple[str, ...] = ("dsd_full", "dsd_sharded", "sd_full", "sd_local", "sd_sharded")
+
+
+def no_variants(storage: Storage) -> tuple[str, ...]:
+    return ("",)
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A product of axis values. apis None: every API the wrapper's family has. variants: what
+    a check varies per storage (e.g. the damage of a corrupt cell), one cell each."""
+
+    name: str
+    wrappers: tuple[tuple[str, str], ...]
+    apis: tuple[str, ...] | None = None
+    storages: tuple[str, ...] = STORAGES
+    optimizers: tuple[str, ...] = ("adamw",)
+    models: tuple[str, ...] = ("mlp",)
+    precisions: tuple[str, ...] = ("fp32",)
+    kinds: tuple[str, ...] | None = None  # only APIs of these state-dict kinds
+    variants: Callable[[Storage], tuple[str, ...]] = no_variants
+
+    def cases(self, world_sizes: tuple[int, ...], check: str = "roundtrip") -> list[Case]:
+        out = []
+        for wrapper, sharding in self.wrappers:
+            family_apis = sorted(STATE_APIS[wrapper.split("+")[0]])
+            apis = [a for a in family_apis if self.apis is None or a in self.apis]
+            for api, storage, optimizer, model, precision, ws in itertools.product(
+                apis, self.storages, self.optimizers, self.models, self.precisions, world_sizes
+            ):
+                case = Case(wrapper, sharding, api, storage, optimizer, model, ws, precision, check)
+                if self.kinds is not None and case.kind not in self.kinds:
+                    continue
+                for variant in self.variants(STORAGE_OBJECTS[storage]):
+                    out.append(dataclasses.replace(case, variant=variant))
+        return out
+
+
+# A profile's part of a check: slices, each at some world sizes (or reshard pairs).
+Parts = tuple[tuple[Slice, tuple[int, ...]], ...]
+PairParts = tuple[tuple[Slice, tuple[tuple[int, int], ...]], ...]
+
+EVERY_WRAPPER_AND_API = Slice("every wrapper x API x storage", ALL_WRAPPERS)
+MAIN_SLICE = Slice("main wrappers x main APIs", MAIN_WRAPPERS, MAIN_APIS)
