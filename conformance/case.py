@@ -138,7 +138,9 @@ class Transfer:
 
     @property
     def strategy(self) -> str:
-        return self.save.strategy
+        """The registered strategy of either side (a transfer between one and a built-in
+        configuration belongs to the registered strategy)."""
+        return self.save.strategy or self.load.strategy
 
     @property
     def family(self) -> str:

@@ -10,13 +10,14 @@ import zlib
 import torch
 
 from conformance.case import Case, Transfer
-from conformance.check.base import StrategyFactory
+from conformance.check.base import StrategyFactory, Under
 from conformance.check.phases import Phases
 from conformance.check.registry import CHECKS
 from conformance.matrix import refusal_reason, transfer_unsupported_reason, unsupported_reason
 from conformance.outcome import CellResult, Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.registry import RegisteredStrategy
+from conformance.strategy.storage import STORAGES
 from conformance.world import CellPool
 from conformance.world.devices import visible_gpus
 
@@ -135,6 +136,11 @@ def _run_case(
     if verdict:
         return CellResult(case.id, axes, verdict[0], verdict[1], 0.0)
     phases = Phases(pool, backend, timeout_s, seed=case_seed(case))
-    refusal = refusal_reason(case) if isinstance(case, Transfer) else None
-    outcome, detail = CHECKS[case.check].execute(phases, case, strategy_factory, refusal)
+    saving = case.save if isinstance(case, Transfer) else case
+    under = Under(
+        strategy_factory,
+        registered.storage if registered is not None else STORAGES.get(saving.storage),
+        refusal_reason(case) if isinstance(case, Transfer) else None,
+    )
+    outcome, detail = CHECKS[case.check].execute(phases, case, under)
     return CellResult(case.id, axes, outcome, phases.described(detail), time.monotonic() - start)

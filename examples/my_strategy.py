@@ -5,9 +5,12 @@
 writes its matrix (results.json, matrix.md, matrix.html) under reports/runs/.
 """
 
+import tempfile
 from pathlib import Path
 
+import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -43,6 +46,11 @@ class Fsdp2Dcp:
         if state.scheduler:
             state.scheduler.load_state_dict(loaded["scheduler"])
 
+    def read_model_state(self, path: Path) -> dict:  # in one process, as an inference user would
+        with tempfile.TemporaryDirectory() as tmp:
+            dcp_to_torch_save(path, f"{tmp}/model.pt")  # DCP's own conversion to one file
+            return torch.load(f"{tmp}/model.pt", weights_only=True)["model"]
+
 
 def make(case):  # on every rank, with the cell's Case (its axes: case.kind, case.world_size, ...)
     return Fsdp2Dcp(full=case.kind == "full")
@@ -52,7 +60,9 @@ STRATEGY = RegisteredStrategy(
     name="my_fsdp2_dcp",
     factory=make,
     supports=Supports(
-        wrappers=(("fsdp2", "shard"),), kinds=("sharded",), checks=("roundtrip", "resume", "reshard")
+        wrappers=(("fsdp2", "shard"),),
+        kinds=("sharded",),
+        checks=("roundtrip", "resume", "reshard", "interop", "hygiene", "corrupt"),
     ),
     storage="dcp",
 )

@@ -262,10 +262,11 @@ class SavesNoModelTensors(Delegating):
 
 
 class SwallowsLoadErrors(Delegating):
-    """An unreadable checkpoint is skipped without a word: training "resumes" from scratch."""
+    """An unreadable checkpoint is skipped without a word: training "resumes" from scratch.
+    (BaseException: DCP's CheckpointException is not an Exception.)"""
 
     def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(BaseException):
             self.base.load(state, path, ctx)
 
 
@@ -395,3 +396,62 @@ class LosesOddRows(Delegating):
 
 
 loses_odd_rows = _factory(LosesOddRows, "loses_odd_rows")
+
+
+# A registered strategy of every check (DSD + DCP under FSDP2, the built-in code), and one
+# broken the way each check must catch, registered as a user registers theirs.
+class SkipsLoadOnOtherWorldSize(Delegating):
+    """Loads only into the world size it saved in; elsewhere it starts afresh, silently."""
+
+    def save(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.save(state, path, ctx)
+        if ctx.rank == 0:
+            (path / "world_size").write_text(str(ctx.world_size))
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        if int((path / "world_size").read_text()) == ctx.world_size:
+            self.base.load(state, path, ctx)
+
+
+def _prefixed(out: dict) -> dict:
+    return {**out, "model": {f"module.{k}": v for k, v in out["model"].items()}}
+
+
+class PrefixesModelKeys(Delegating):
+    """Saves its model keys as "module.<name>" and strips them again on load: its own loads
+    hold, and the plain model cannot load what it wrote."""
+
+    def save(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.storage.save(_prefixed(self.base._state_dict(state)), path, ctx)  # type: ignore[attr-defined]
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        base = self.base
+        loaded = base.storage.load(path, ctx, lambda: _prefixed(base._state_dict(state)))  # type: ignore[attr-defined]
+        loaded["model"] = {k.removeprefix("module."): v for k, v in loaded["model"].items()}
+        base.api.set(state.model, state.optim, loaded)  # type: ignore[attr-defined]
+
+    def read_model_state(self, path: Path) -> dict:
+        return self.base.storage.read(path)["model"]  # type: ignore[attr-defined]
+
+
+def _registered(cls: type[Delegating] | None, name: str):  # type: ignore[no-untyped-def]
+    def make(case: Case) -> Strategy:
+        return cls(_builtin_for(case)) if cls else _builtin_for(case)
+
+    make.__name__ = make.__qualname__ = name
+    return make
+
+
+every_check_control = _registered(None, "every_check_control")
+every_check_no_op_load = _registered(NoOpLoad, "every_check_no_op_load")
+every_check_stale_gradients = _registered(LeavesStaleGradients, "every_check_stale_gradients")
+every_check_skips_other_sizes = _registered(SkipsLoadOnOtherWorldSize, "every_check_skips_other_sizes")
+every_check_negates = _registered(NegatesOwnWeights, "every_check_negates")
+every_check_prefixes = _registered(PrefixesModelKeys, "every_check_prefixes")
+every_check_swallows = _registered(SwallowsLoadErrors, "every_check_swallows")
+
+EVERY_CHECK = Supports(
+    wrappers=(("fsdp2", "shard"),),
+    kinds=("full", "sharded"),
+    checks=("corrupt", "hygiene", "interop", "reshard", "resume", "roundtrip"),
+)

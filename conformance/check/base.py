@@ -19,14 +19,35 @@ from conformance.case import Case, Transfer
 from conformance.check.phases import Phases
 from conformance.check.slices import PairParts, Parts
 from conformance.outcome import Outcome
+from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.protocol import Strategy
 from conformance.strategy.registry import STRATEGY_KINDS, RegisteredStrategy
+from conformance.strategy.storage import STORAGES, Storage
 
 Cell = Case | Transfer
 StrategyFactory = Callable[[Case], Strategy]
-# (phases, cell, strategy factory, refusal) -> (outcome, detail). refusal: why the load of a
-# transfer must raise by design (conformance.matrix's rules), or None.
-Executor = Callable[[Phases, Any, StrategyFactory, "str | None"], tuple[Outcome, str]]
+
+
+@dataclass(frozen=True)
+class Under:
+    """What a cell runs with. factory: the strategy under test (a registered strategy's, or the
+    built-in one). storage: the storage object of what it writes (its damage, where its files
+    are). refusal: why the load of a transfer must raise by design, or None."""
+
+    factory: StrategyFactory
+    storage: Storage | None = None
+    refusal: str | None = None
+
+    def factory_of(self, cell: Transfer, case: Case) -> StrategyFactory:
+        """The factory of one side of a transfer: a transfer between a registered strategy and a
+        built-in configuration runs each side with its own."""
+        if cell.save.strategy == cell.load.strategy:
+            return self.factory
+        return self.factory if case.strategy else builtin_strategy
+
+
+# (phases, cell, what it runs with) -> (outcome, detail)
+Executor = Callable[[Phases, Any, Under], tuple[Outcome, str]]
 
 
 def _any(axes: Mapping[str, Any]) -> bool:
@@ -51,7 +72,9 @@ def _sorted(cells: set[Any]) -> list[Any]:
 
 def mine(strategy: RegisteredStrategy, case: Case, kind: str) -> Case:
     """A built-in cell as a registered strategy's: its name, its storage, the kind asked for."""
-    return dataclasses.replace(case, api=kind, storage=strategy.storage, strategy=strategy.name, variant="")
+    return dataclasses.replace(
+        case, api=kind, storage=strategy.storage.name, strategy=strategy.name, variant=""
+    )
 
 
 class CellShape(Protocol):
@@ -60,25 +83,56 @@ class CellShape(Protocol):
     def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Any]: ...
 
 
+def no_variants(storage: Storage) -> tuple[str, ...]:
+    return ("",)
+
+
 @dataclass(frozen=True)
 class CaseCells:
-    """One configuration per cell: profile name -> its slices, each at some world sizes."""
+    """One configuration per cell: profile name -> its slices, each at some world sizes.
+    variants: what the check varies per storage (the damage of a corrupt cell), a cell each.
+    kinds: the state-dict kinds a registered strategy is asked for."""
 
     parts: Mapping[str, Parts]
+    variants: Callable[[Storage], tuple[str, ...]] = no_variants
+    kinds: tuple[str, ...] = STRATEGY_KINDS
 
-    def cells(self, check: str, profile: str) -> list[Case]:
+    def _configurations(self, check: str, profile: str) -> list[Case]:
         parts = self.parts.get(profile, ())
         return _sorted({case for slice_, sizes in parts for case in slice_.cases(sizes, check)})
 
+    def cells(self, check: str, profile: str) -> list[Case]:
+        return _sorted(
+            {
+                dataclasses.replace(case, variant=variant)
+                for case in self._configurations(check, profile)
+                for variant in self.variants(STORAGES[case.storage])
+            }
+        )
+
     def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Case]:
-        return _sorted({mine(strategy, c, k) for c in self.cells(check, profile) for k in STRATEGY_KINDS})
+        variants = self.variants(strategy.storage)
+        return _sorted(
+            {
+                dataclasses.replace(mine(strategy, c, k), variant=v)
+                for c in self._configurations(check, profile)
+                for k in self.kinds
+                for v in variants
+            }
+        )
+
+
+# A registered strategy reshards between every pair of the world sizes the matrix has.
+EVERY_PAIR: tuple[tuple[int, int], ...] = tuple((n, m) for n in (1, 2, 4) for m in (1, 2, 4) if n != m)
 
 
 @dataclass(frozen=True)
 class ReshardCells:
-    """Saved in a world of N ranks, loaded in a separate world of M: profile -> slices and pairs."""
+    """Saved in a world of N ranks, loaded in a separate world of M: profile -> slices and pairs.
+    A registered strategy gets `strategy_pairs` in every profile."""
 
     parts: Mapping[str, PairParts]
+    strategy_pairs: tuple[tuple[int, int], ...] = EVERY_PAIR
 
     def _pairs(self, profile: str) -> set[tuple[Case, int]]:
         return {
@@ -97,15 +151,15 @@ class ReshardCells:
         )
 
     def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Transfer]:
-        return _sorted(
-            {
-                Transfer(
-                    check, mine(strategy, save, k), dataclasses.replace(mine(strategy, save, k), world_size=m)
-                )
-                for save, m in self._pairs(profile)
-                for k in STRATEGY_KINDS
-            }
-        )
+        configurations = {dataclasses.replace(save, world_size=1) for save, _ in self._pairs(profile)}
+        out: set[Transfer] = set()
+        for case in configurations:
+            for kind in STRATEGY_KINDS:
+                ours = mine(strategy, case, kind)
+                for n, m in self.strategy_pairs:
+                    save = dataclasses.replace(ours, world_size=n)
+                    out.add(Transfer(check, save, dataclasses.replace(save, world_size=m)))
+        return _sorted(out)
 
 
 @dataclass(frozen=True)
@@ -124,7 +178,20 @@ class GridCells:
         return _sorted(out)
 
     def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Transfer]:
-        return []
+        """Where the formats meet: the strategy in each grid configuration of its storage (that
+        wrapper, that configuration's state-dict kind) saves for every grid configuration of the
+        same storage and kind, and loads what each of them saved."""
+        out: set[Transfer] = set()
+        for ws in self.sizes.get(profile, ()):
+            grid = [Case(w, s, a, st, "adamw", "mlp", ws) for w, s, a, st in self.configs]
+            for config in grid:
+                if config.storage != strategy.storage.name:
+                    continue
+                ours = mine(strategy, config, config.kind)
+                for other in grid:
+                    if other.storage == config.storage and other.kind == config.kind:
+                        out.update((Transfer(check, ours, other), Transfer(check, other, ours)))
+        return _sorted(out)
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,12 @@ import dataclasses
 from pathlib import Path
 
 from conformance.case import Case
-from conformance.check.base import CaseCells, Check, Feature
+from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.phases import PhaseError, Phases
-from conformance.check.roundtrip import StrategyFactory
 from conformance.check.slices import Slice
 from conformance.check.transfer import LoadSpec, SaveSpec, load_phase, save_phase
 from conformance.outcome import Outcome
-from conformance.strategy.storage import STORAGES, Storage
+from conformance.strategy.storage import Storage
 from conformance.strategy.storage.base import files
 from conformance.strategy.under_test import LOADING_CALLS
 
@@ -77,7 +76,8 @@ def damage(directory: Path, variant: str, storage: Storage, world_size: int) -> 
     raise ValueError(f"unknown corruption {variant!r}")
 
 
-def execute(phases: Phases, case: Case, factory: StrategyFactory, refusal: str | None) -> tuple[Outcome, str]:
+def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
+    factory = under.factory
     directory = phases.scratch()
     save_case = dataclasses.replace(case, check="roundtrip", variant="")
     load_case = (
@@ -87,7 +87,9 @@ def execute(phases: Phases, case: Case, factory: StrategyFactory, refusal: str |
         saved = phases.run("save", case.world_size, save_phase, SaveSpec(save_case, str(directory), factory))
     except PhaseError as exc:
         return exc.outcome, exc.detail
-    done = damage(directory, case.variant, STORAGES[case.storage], case.world_size)
+    if under.storage is None:
+        raise ValueError(f"{case.id}: no storage object says how to damage what it wrote")
+    done = damage(directory, case.variant, under.storage, case.world_size)
     try:
         loaded = phases.run(
             "load",
@@ -118,7 +120,6 @@ CORRUPT_SLICE = Slice(
     "bad checkpoints",
     (("ddp", "replicate"), ("fsdp1", "full_shard"), ("fsdp2", "shard")),
     ("dsd_sharded", "sd_full", "sd_sharded"),
-    variants=_damage_of,
 )
 
 CHECK = Check(
@@ -129,8 +130,10 @@ CHECK = Check(
             "ci": ((CORRUPT_SLICE, (2,)),),
             "default": ((CORRUPT_SLICE, (2,)),),
             "full": ((CORRUPT_SLICE, (1, 2, 4)),),
-        }
+        },
+        variants=_damage_of,
     ),
+    registered=True,
     execute=execute,
     features=(Feature("rejects bad", "a damaged checkpoint fails to load"),),
 )

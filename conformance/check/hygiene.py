@@ -22,7 +22,7 @@ import torch
 
 from conformance.case import Case
 from conformance.check import snapshot
-from conformance.check.base import CaseCells, Check, Feature
+from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.compare import compare_states
 from conformance.check.phases import PhaseError, Phases
 from conformance.check.roundtrip import StrategyFactory, limit_lines
@@ -106,7 +106,8 @@ def inspect_phase(ctx: RankContext, spec: InspectSpec) -> dict[str, Any]:
     }
 
 
-def execute(phases: Phases, case: Case, factory: StrategyFactory, refusal: str | None) -> tuple[Outcome, str]:
+def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
+    factory = under.factory
     if not callable(getattr(factory(case), "read_model_state", None)):
         return (
             Outcome.UNSUPPORTED,
@@ -145,8 +146,9 @@ CHECK = Check(
             "ci": ((HYGIENE_CI_SLICE, (2,)),),
             "default": ((HYGIENE_CI_SLICE, (2,)),),
             "full": ((HYGIENE_SLICE, (1, 2, 4)),),
-        }
+        },
     ),
+    registered=True,
     execute=execute,
     features=(Feature("hygiene", "a full checkpoint loads strict into the plain model"),),
 )

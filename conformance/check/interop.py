@@ -27,4 +27,5 @@ CHECK = Check(
         Feature("interop out", "others load what it saved"),
         Feature("interop in", "it loads what others saved", by_loader=True),
     ),
+    registered=True,
 )

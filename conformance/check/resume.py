@@ -19,7 +19,7 @@ from typing import Any
 import torch.distributed as dist
 
 from conformance.case import Case
-from conformance.check.base import CaseCells, Check, Feature
+from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.compare import compare_states, first_of_each_kind
 from conformance.check.phases import PhaseError, Phases
 from conformance.check.roundtrip import (
@@ -105,7 +105,8 @@ def run_b(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
     return {"failures": limit_lines(failures), "failure_count": len(failures)}
 
 
-def execute(phases: Phases, case: Case, factory: StrategyFactory, refusal: str | None) -> tuple[Outcome, str]:
+def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
+    factory = under.factory
     directory = str(phases.scratch())
     try:
         a = phases.run(

@@ -23,7 +23,7 @@ from typing import Any
 import torch.distributed as dist
 
 from conformance.case import Case
-from conformance.check.base import CaseCells, Check, Feature, StrategyFactory
+from conformance.check.base import CaseCells, Check, Feature, StrategyFactory, Under
 from conformance.check.compare import compare_states, first_of_each_kind
 from conformance.check.phases import STATUS_OUTCOMES, Phases
 from conformance.check.sanity import sharding_problems
@@ -189,13 +189,13 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     }
 
 
-def execute(phases: Phases, case: Case, factory: StrategyFactory, refusal: str | None) -> tuple[Outcome, str]:
+def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
     """One world runs the whole round trip (run_roundtrip on every rank)."""
     run = phases.pool.run(
         phases.backend,
         case.world_size,
         run_roundtrip,
-        RoundTrip(case, factory),
+        RoundTrip(case, under.factory),
         timeout_s=phases.timeout_s,
         seed=phases.seed,
     )

@@ -3,15 +3,12 @@ declares per profile (conformance.check.base)."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from conformance.case import Case
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.storage import STORAGES as STORAGE_OBJECTS
-from conformance.strategy.storage import Storage
 
 FSDP1_SHARDINGS = ("full_shard", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "shard_grad_op")
 FSDP2_SHARDINGS = ("hsdp", "shard")
@@ -42,14 +39,9 @@ EXPERT_MODELS = ("moe", "moe_named")
 MAIN_APIS: tuple[str, ...] = ("dsd_full", "dsd_sharded", "sd_full", "sd_local", "sd_sharded")
 
 
-def no_variants(storage: Storage) -> tuple[str, ...]:
-    return ("",)
-
-
 @dataclass(frozen=True)
 class Slice:
-    """A product of axis values. apis None: every API the wrapper's family has. variants: what
-    a check varies per storage (e.g. the damage of a corrupt cell), one cell each."""
+    """A product of axis values. apis None: every API the wrapper's family has."""
 
     name: str
     wrappers: tuple[tuple[str, str], ...]
@@ -59,7 +51,6 @@ class Slice:
     models: tuple[str, ...] = ("mlp",)
     precisions: tuple[str, ...] = ("fp32",)
     kinds: tuple[str, ...] | None = None  # only APIs of these state-dict kinds
-    variants: Callable[[Storage], tuple[str, ...]] = no_variants
 
     def cases(self, world_sizes: tuple[int, ...], check: str = "roundtrip") -> list[Case]:
         out = []
@@ -70,10 +61,8 @@ class Slice:
                 apis, self.storages, self.optimizers, self.models, self.precisions, world_sizes
             ):
                 case = Case(wrapper, sharding, api, storage, optimizer, model, ws, precision, check)
-                if self.kinds is not None and case.kind not in self.kinds:
-                    continue
-                for variant in self.variants(STORAGE_OBJECTS[storage]):
-                    out.append(dataclasses.replace(case, variant=variant))
+                if self.kinds is None or case.kind in self.kinds:
+                    out.append(case)
         return out
 
 

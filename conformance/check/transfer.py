@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.case import Case, Transfer
+from conformance.check.base import Under
 from conformance.check.canonical import canonical_state
 from conformance.check.compare import compare_states, first_of_each_kind
 from conformance.check.phases import PhaseError, Phases
@@ -109,19 +110,25 @@ def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
     }
 
 
-def execute(phases: Phases, transfer: Transfer, factory: StrategyFactory, refusal: str | None) -> Verdict:
-    """Save, load in the other configuration, compare. `refusal`: why the load must fail, if
-    it must."""
+def execute(phases: Phases, transfer: Transfer, under: Under) -> Verdict:
+    """Save, load in the other configuration, compare. `under.refusal`: why the load must fail,
+    if it must."""
+    refusal = under.refusal
     directory = str(phases.scratch())
     save, load = transfer.save, transfer.load
     try:
-        saved = phases.run("save", save.world_size, save_phase, SaveSpec(save, directory, factory))
+        saved = phases.run(
+            "save", save.world_size, save_phase, SaveSpec(save, directory, under.factory_of(transfer, save))
+        )
     except PhaseError as exc:
         return exc.outcome, exc.detail
     problems = [p for value in saved for p in value["problems"]]
     try:
         loaded = phases.run(
-            "load", load.world_size, load_phase, LoadSpec(load, directory, saved[0]["expected"], factory)
+            "load",
+            load.world_size,
+            load_phase,
+            LoadSpec(load, directory, saved[0]["expected"], under.factory_of(transfer, load)),
         )
     except PhaseError as exc:
         if refusal and exc.raised_by(*LOADING_CALLS) and not problems:

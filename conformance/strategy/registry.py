@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conformance.case import Case, Transfer
+from conformance.strategy.storage import STORAGES, Storage
+from conformance.strategy.storage.own import OwnFormat
 
 if TYPE_CHECKING:
     from conformance.strategy.protocol import Strategy
@@ -70,14 +72,16 @@ def installed_version(dist: str) -> str | None:
 @dataclass(frozen=True)
 class RegisteredStrategy:
     """name: a word of every cell id ([a-z][a-z0-9_]*). factory: module-level (the ranks import
-    it by name), called on every rank with the cell's Case. storage: a label for how it
-    writes (a word of the id). requires: distribution names it needs; when one is missing,
+    it by name), called on every rank with the cell's Case. storage: how it writes, a word of
+    its cell ids: a Storage object (a built-in one of conformance.strategy.storage, or your
+    own), or a name: a built-in storage's picks that one, any other word is its own format
+    (OwnFormat: the checks then damage and inspect only what any files allow). requires: distribution names it needs; when one is missing,
     every cell of the strategy is a skip naming it."""
 
     name: str
     factory: Callable[[Case], Strategy]
     supports: Supports
-    storage: str = "native"
+    storage: Storage | str = "native"
     requires: tuple[str, ...] = ()
     description: str = ""
 
@@ -86,8 +90,13 @@ class RegisteredStrategy:
             raise ValueError(
                 f"strategy name {self.name!r}: a lowercase word ([a-z][a-z0-9_]*), not 'builtin'"
             )
-        if not _NAME.match(self.storage):
-            raise ValueError(f"storage label {self.storage!r}: a lowercase word")
+        if isinstance(self.storage, str):
+            if not _NAME.match(self.storage):
+                raise ValueError(f"storage label {self.storage!r}: a lowercase word")
+            picked = STORAGES.get(self.storage) or OwnFormat(self.storage)
+            object.__setattr__(self, "storage", picked)
+        elif not _NAME.match(getattr(self.storage, "name", "")):
+            raise ValueError(f"{self.name}: its storage object's name must be a lowercase word")
 
     def versions(self) -> dict[str, str | None]:
         """The installed version of each required distribution (None: not installed)."""
@@ -100,10 +109,12 @@ class RegisteredStrategy:
         return None
 
     def unsupported_reason(self, cell: Case | Transfer) -> str | None:
-        """Why the strategy does not take this cell, by its own declaration, or None. A reshard
-        cell: both sides must be declared."""
+        """Why the strategy does not take this cell, by its own declaration, or None. A transfer:
+        each of its sides must be declared (the side of a built-in configuration, in an interop
+        cell, is the matrix's)."""
         if isinstance(cell, Transfer):
-            return self._undeclared(cell.save, cell.check) or self._undeclared(cell.load, cell.check)
+            sides = [case for case in (cell.save, cell.load) if case.strategy == self.name]
+            return next((r for r in (self._undeclared(case, cell.check) for case in sides) if r), None)
         return self._undeclared(cell, cell.check)
 
     def _undeclared(self, case: Case, check: str) -> str | None:

@@ -1,0 +1,60 @@
+"""A registered strategy's own format: it saves and loads itself, and the checks know only what
+any checkpoint on disk has (files), found by looking at what it wrote."""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.strategy.protocol import StateDict
+from conformance.strategy.storage.base import Refusal, files, largest_zip_payload
+from conformance.strategy.storage.dcp import DcpDirectory
+from conformance.world import RankContext
+
+
+@dataclass(frozen=True)
+class OwnFormat:
+    """What a registered strategy that does its own I/O writes, named by its label (a word of its
+    cell ids). The damage that applies to any files: the largest cut short, bytes of a tensor
+    payload inverted (located through DCP's metadata or a torch.save zip directory when it
+    wrote one, else the middle of its largest file), a model of other shapes."""
+
+    name: str = "native"
+    one_file_by_rank0: bool = False
+    per_rank: bool = False
+    loads_in_place: bool = False
+    representative: bool = False
+    damage: tuple[str, ...] = ("flipped_bytes", "other_model", "truncated")
+    reshard_refusals: tuple[Refusal, ...] = ()
+
+    def save(self, state: StateDict, path: Path, ctx: RankContext) -> None:
+        raise NotImplementedError(f"{self.name}: the registered strategy saves itself")
+
+    def load(self, path: Path, ctx: RankContext, template: Callable[[], StateDict]) -> StateDict:
+        raise NotImplementedError(f"{self.name}: the registered strategy loads itself")
+
+    def read(self, path: Path) -> StateDict:
+        raise NotImplementedError(f"{self.name}: the registered strategy reads itself (read_model_state)")
+
+    def payload(self, path: Path) -> tuple[Path, int, int]:
+        written = files(path) if path.is_dir() else [path]
+        metadata = [p for p in written if p.name == ".metadata"]
+        if metadata:
+            return DcpDirectory().payload(metadata[0].parent)
+        try:
+            return largest_zip_payload(path)
+        except (
+            zipfile.BadZipFile,
+            ValueError,
+            OSError,
+        ):  # not a torch.save file: the middle of the largest file
+            target = max(written, key=lambda p: p.stat().st_size)
+            return target, 0, target.stat().st_size
+
+    def rank_files(self, path: Path, rank: int) -> list[Path]:
+        return []
+
+    def metadata_files(self, path: Path) -> list[Path]:
+        return []
