@@ -44,6 +44,11 @@ RANK0_ONLY_APIS = (
 )
 
 UNSUPPORTED: tuple[Rule, ...] = (
+    *(  # a storage this installation cannot provide, with what is missing
+        Rule({"storage": name}, f"{name}: {storage.unavailable}")
+        for name, storage in STORAGE_OBJECTS.items()
+        if getattr(storage, "unavailable", None)
+    ),
     Rule({"kind": "sharded", "storage": ONE_FILE_STORAGES}, _ONE_FILE.format(kind="sharded")),
     Rule({"kind": "local", "storage": ONE_FILE_STORAGES}, _ONE_FILE.format(kind="local")),
     Rule(

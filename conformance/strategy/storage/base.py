@@ -27,6 +27,8 @@ class Storage(IoStorage, Protocol):
     representative: bool  # a property's group of cells is stood for by a cell of this storage first
     damage: tuple[str, ...]  # the corrupt check's variants that apply to what it writes
     reshard_refusals: tuple[Refusal, ...]
+    # optional `unavailable: str | None`: why this installation cannot provide it (the torch
+    # version, a missing package); its cells are then unsupported with that reason
 
     def payload(self, path: Path) -> tuple[Path, int, int]:
         """(file, offset, length) of the largest tensor payload it wrote (flipped_bytes)."""
