@@ -171,6 +171,19 @@ class FrozenAndIdle(nn.Module):
     loss = UnevenMLP.loss
 
 
+class NonPersistentBuffer(UnevenMLP):
+    """The MLP with a non-persistent buffer (as rotary caches and attention masks are): used in
+    the forward, rebuilt by the constructor, never part of a state dict. A checkpoint that holds
+    it is not the model's own state dict (the hygiene check says so)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 13), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x * self.scale)
+
+
 class ReshapedMLP(UnevenMLP):
     """The MLP's parameter names with other shapes (fc2 has 8 outputs, not 7): a checkpoint of
     a different model, for the corrupt check. Not an axis of the matrix."""
@@ -188,6 +201,7 @@ MODELS: dict[str, type[nn.Module]] = {
     "moe": ExpertParallelMoE,
     "moe_named": ExpertParallelMoENamed,
     "frozen_idle": FrozenAndIdle,
+    "mlp_nonpersistent": NonPersistentBuffer,
     "mlp_reshaped": ReshapedMLP,
 }
 

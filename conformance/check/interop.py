@@ -16,6 +16,9 @@ INTEROP_CONFIGS: tuple[tuple[str, str, str, str], ...] = (
     ("fsdp2", "shard", "dsd_full", "torch_save"),
     ("fsdp2", "shard", "dsd_sharded", "dcp"),
     ("plain", "none", "sd_full", "torch_save"),
+    # through DCP's format conversion (format_utils): these load what dcp / torch_save wrote
+    ("fsdp2", "shard", "dsd_full", "dcp_to_torch_save"),
+    ("ddp", "replicate", "dsd_full", "torch_save_to_dcp"),
 )
 
 CHECK = Check(

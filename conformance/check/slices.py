@@ -32,7 +32,7 @@ ONE_FILE_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].one_file_by_
 PER_RANK_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].per_rank)
 IN_PLACE_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].loads_in_place)
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "adamw+groups", "adamw+sched", "sgd")
-MODELS: tuple[str, ...] = ("bn_frozen", "frozen_idle", "mlp", "tied_transformer")
+MODELS: tuple[str, ...] = ("bn_frozen", "frozen_idle", "mlp", "mlp_nonpersistent", "tied_transformer")
 # Both layouts of experts on expert-parallel sub-groups: every rank's expert under one name
 # (moe, as fairscale and DeepSpeed do), and each under its own name (moe_named, DCP's advice).
 EXPERT_MODELS = ("moe", "moe_named")

@@ -43,6 +43,8 @@ RANK0_ONLY_APIS = (
     "sd_full_rank0",
 )
 
+DCP_SAVED_STORAGES = tuple(n for n, s in STORAGE_OBJECTS.items() if getattr(s, "saves_with_dcp", False))
+
 UNSUPPORTED: tuple[Rule, ...] = (
     *(  # a storage this installation cannot provide, with what is missing
         Rule({"storage": name}, f"{name}: {storage.unavailable}")
@@ -59,6 +61,13 @@ UNSUPPORTED: tuple[Rule, ...] = (
         "DCP loads in place into a template state dict, and the optimizer state dict of a freshly "
         "built optimizer (optimizer.state_dict, FSDP.optim_state_dict) is empty: there is nothing "
         "to load the optimizer state into. DCP goes with get/set_state_dict (dsd_*)",
+    ),
+    Rule(
+        {"storage": DCP_SAVED_STORAGES, "family": ("ddp", "plain"), "api": "sd_full"},
+        "optimizer.state_dict() is keyed by parameter index, and dcp.save takes a state dict keyed by "
+        "strings (as documented): the index keys come back as '0', '1', ..., which "
+        "optimizer.load_state_dict files under no parameter. DCP goes with get/set_state_dict (dsd_*), "
+        "whose optimizer state is keyed by name",
     ),
     Rule(
         {"storage": IN_PLACE_STORAGES, "api": ("dsd_full_bcast", "dsd_full_offload")},
@@ -109,6 +118,13 @@ UNSUPPORTED: tuple[Rule, ...] = (
 )
 
 
+def _converting_in_place() -> tuple[str, ...]:
+    return tuple(n for n, s in STORAGE_OBJECTS.items() if s.loads_in_place and getattr(s, "reads", ()))
+
+
+CONVERTED_IN_PLACE = _converting_in_place()
+
+
 def first_reason(rules: tuple[Rule, ...], cell: Case | Transfer) -> str | None:
     """The reason of the first rule the cell matches, or None."""
     return next((rule.reason for rule in rules if rule.matches(cell)), None)
@@ -122,6 +138,17 @@ def unsupported_reason(case: Case) -> str | None:
 # match cannot load by design: its load must raise.
 REFUSALS: tuple[Rule, ...] = (
     Rule(
+        {
+            "check": "interop",
+            "family": ("ddp", "plain"),
+            "api": "sd_full",
+            "load_storage": CONVERTED_IN_PLACE,
+        },
+        "the saved optimizer is keyed by parameter index; the conversion to DCP keeps it so, and the "
+        "load into get_state_dict's template, keyed by name, finds none of its keys (the documented "
+        "path rekeys first: FSDP.rekey_optim_state_dict, or get_state_dict's FQN-keyed dicts)",
+    ),
+    Rule(
         {"check": "reshard", "kind": "local"},
         "LOCAL_STATE_DICT holds each rank's flat shard as it is: it belongs to one world size",
     ),
@@ -130,9 +157,14 @@ REFUSALS: tuple[Rule, ...] = (
         for name, storage in STORAGE_OBJECTS.items()
         for axes, reason in storage.reshard_refusals
     ),
-    Rule(
-        {"check": "interop", "storage_change": "yes"},
-        "the loading configuration reads another storage format than the saving one wrote",
+    *(  # another storage format than the saving one wrote, unless the loading one reads it
+        Rule(
+            {"check": "interop", "storage": saved, "load_storage": loaded},
+            "the loading configuration reads another storage format than the saving one wrote",
+        )
+        for saved in STORAGE_OBJECTS
+        for loaded, storage in STORAGE_OBJECTS.items()
+        if loaded != saved and saved not in getattr(storage, "reads", ())
     ),
 )
 

@@ -27,6 +27,9 @@ class Storage(IoStorage, Protocol):
     representative: bool  # a property's group of cells is stood for by a cell of this storage first
     damage: tuple[str, ...]  # the corrupt check's variants that apply to what it writes
     reshard_refusals: tuple[Refusal, ...]
+    # optional `saves_with_dcp: bool`: dcp.save writes it (a state dict's keys become strings);
+    # optional `reads: tuple[str, ...]`: the other storages whose checkpoints its load reads (a
+    # converting load), which the interop grid then does not refuse;
     # optional `unavailable: str | None`: why this installation cannot provide it (the torch
     # version, a missing package); its cells are then unsupported with that reason
 

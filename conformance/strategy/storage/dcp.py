@@ -28,6 +28,7 @@ class DcpDirectory:
         "truncated",
     )
     reshard_refusals: tuple[Refusal, ...] = ()
+    saves_with_dcp: bool = True  # dcp.save writes it: every key of the state dict a string
 
     def save(self, state: StateDict, path: Path, ctx: RankContext) -> None:
         import torch.distributed.checkpoint as dcp
@@ -50,7 +51,7 @@ class DcpDirectory:
 
         with tempfile.TemporaryDirectory() as tmp:
             dcp_to_torch_save(str(path), f"{tmp}/checkpoint.pt")
-            return torch.load(f"{tmp}/checkpoint.pt", map_location="cpu", weights_only=False)
+            return torch.load(f"{tmp}/checkpoint.pt", map_location="cpu", weights_only=True)
 
     def payload(self, path: Path) -> tuple[Path, int, int]:
         """The largest item DCP's own metadata says it wrote."""

@@ -55,6 +55,7 @@ class HfSafetensors:
     damage: tuple[str, ...] = ("flipped_bytes", "other_model", "truncated")
     reshard_refusals: tuple[Refusal, ...] = ()
     unavailable: str | None = _unavailable()
+    saves_with_dcp: bool = True
 
     def save(self, state: StateDict, path: Path, ctx: RankContext) -> None:
         import torch.distributed.checkpoint as dcp

@@ -69,7 +69,7 @@ class PerRankFiles:
 
     def read(self, path: Path) -> StateDict:
         """Rank 0's file: where a full state is, every rank's file holds all of it."""
-        return torch.load(path / "rank0.pt", map_location="cpu", weights_only=False)
+        return torch.load(path / "rank0.pt", map_location="cpu", weights_only=True)
 
     def payload(self, path: Path) -> tuple[Path, int, int]:
         return largest_zip_payload(path)

@@ -37,7 +37,7 @@ class RankZeroFile:
         return torch.load(path / self.file_name, map_location=ctx.device, weights_only=False)
 
     def read(self, path: Path) -> StateDict:
-        return torch.load(path / self.file_name, map_location="cpu", weights_only=False)
+        return torch.load(path / self.file_name, map_location="cpu", weights_only=True)
 
     def payload(self, path: Path) -> tuple[Path, int, int]:
         return largest_zip_payload(path)
