@@ -56,6 +56,9 @@ class Case:
     # A registered strategy (conformance.strategy.registry) instead of the built-in ones: its
     # api is the state-dict kind it is asked for (full, sharded, local), its storage its own.
     strategy: str = ""
+    # HSDP's (replicate, shard) mesh as "RxS", e.g. "1x4"; "" is (2, world_size / 2), the mesh
+    # the matrix had before the axis existed (an id names only other meshes)
+    mesh: str = ""
 
     def __post_init__(self) -> None:
         if self.strategy:
@@ -67,6 +70,19 @@ class Case:
             raise ValueError(f"unknown state-dict API {self.api!r}; known: {sorted(API_KINDS)}")
         if self.world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {self.world_size}")
+        if self.mesh and (
+            len(self.mesh.split("x")) != 2
+            or not all(d.isdigit() and int(d) > 0 for d in self.mesh.split("x"))
+        ):
+            raise ValueError(f"mesh {self.mesh!r}: give replicate x shard, e.g. 2x2")
+
+    @property
+    def hsdp_shape(self) -> tuple[int, int]:
+        """HSDP's (replicate, shard) mesh: the mesh axis, or (2, world_size / 2) by default."""
+        if self.mesh:
+            replicate, shard = (int(d) for d in self.mesh.split("x"))
+            return replicate, shard
+        return 2, self.world_size // 2
 
     @property
     def kind(self) -> str:
@@ -101,6 +117,8 @@ class Case:
         if self.precision != DEFAULT_PRECISION:
             parts.append(self.precision)
         parts.append(f"w{self.world_size}")
+        if self.mesh:
+            parts.append(f"mesh{self.mesh}")
         if self.check != "roundtrip":
             parts.insert(0, self.check)
         if self.variant:

@@ -24,8 +24,9 @@ class Outcome(str, enum.Enum):
         return self.value
 
 
-# How the detail of a cell that hung in a warm world and ran again in a fresh one begins
-# (conformance.world.pool); the reports list such cells.
+# What the reports say of a cell that hung in a warm world and ran again in a fresh one
+# (conformance.world.pool; CellResult.rerun). Results written before that field existed said
+# it only in the first line of the detail, which is how they are read.
 RERUN_NOTE = "hung in a warm world"
 
 # The outcomes that fail a run unless a baseline expects them.
@@ -45,12 +46,12 @@ class CellResult:
     outcome: Outcome
     detail: str
     duration_s: float
+    # the pool ran it (a property: some example) again in a fresh world after a hang in a warm one
+    rerun: bool = False
 
     @property
     def hung_in_a_warm_world(self) -> bool:
-        """Whether the pool ran this cell (a property: some example) again in a fresh world
-        after a hang in a warm one: the first line of its detail says so."""
-        return RERUN_NOTE in self.detail.partition("\n")[0]
+        return self.rerun
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -66,6 +67,7 @@ class CellResult:
             outcome=Outcome(data["outcome"]),
             detail=data["detail"],
             duration_s=float(data["duration_s"]),
+            rerun=bool(data.get("rerun", RERUN_NOTE in str(data["detail"]).partition("\n")[0])),
         )
 
 

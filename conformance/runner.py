@@ -143,4 +143,6 @@ def _run_case(
         refusal_reason(case) if isinstance(case, Transfer) else None,
     )
     outcome, detail = CHECKS[case.check].execute(phases, case, under)
-    return CellResult(case.id, axes, outcome, phases.described(detail), time.monotonic() - start)
+    return CellResult(
+        case.id, axes, outcome, phases.described(detail), time.monotonic() - start, rerun=bool(phases.reruns)
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import pytest
@@ -75,8 +76,9 @@ def test_unsupported_cells_are_declared_with_reasons() -> None:
     sharded_one_file = Case("fsdp2", "shard", "dsd_sharded", "torch_save", "adamw", "mlp", 2)
     assert "only this rank's part" in (unsupported_reason(sharded_one_file) or "")
     assert unsupported_reason(Case("fsdp2", "shard", "dsd_sharded", "dcp", "adamw", "mlp", 2)) is None
-    hybrid_w2 = Case("fsdp1", "hybrid_shard", "sd_full", "torch_save", "adamw", "mlp", 2)
-    assert "2 x 2 ranks" in (unsupported_reason(hybrid_w2) or "")
+    hybrid_w1 = Case("fsdp1", "hybrid_shard", "sd_full", "torch_save", "adamw", "mlp", 1)
+    assert "at least 2 ranks" in (unsupported_reason(hybrid_w1) or "")
+    assert unsupported_reason(dataclasses.replace(hybrid_w1, world_size=2, mesh="1x2")) is None
     assert (
         unsupported_reason(Case("fsdp1", "hybrid_shard", "sd_full", "torch_save", "adamw", "mlp", 4)) is None
     )
@@ -136,3 +138,15 @@ def test_gpu_only_recipe_is_an_environment_skip_on_gloo() -> None:
 
     case = Case("fsdp1", "full_shard", "legacy_full_rank0_init", "torch_save", "adamw", "mlp", 2)
     assert "sync_module_states=True refuses CPU modules" in (environment_skip(case, "gloo") or "")
+
+
+def test_hsdp_has_every_mesh_a_world_holds_and_ids_name_all_but_the_default() -> None:
+    hsdp = [
+        c for c in cases("full") if c.sharding == "hsdp" and c.api == "dsd_sharded" and c.storage == "dcp"
+    ]
+    meshes = {(c.world_size, c.mesh) for c in hsdp if c.optimizer == "adamw" and c.model == "mlp"}
+    assert meshes == {(1, ""), (2, ""), (2, "1x2"), (4, ""), (4, "1x4"), (4, "4x1")}
+    by_id = {c.id: c for c in hsdp}
+    assert by_id["fsdp2_hsdp-dsd_sharded-dcp-adamw-mlp-w4"].hsdp_shape == (2, 2)
+    assert by_id["fsdp2_hsdp-dsd_sharded-dcp-adamw-mlp-w4-mesh1x4"].hsdp_shape == (1, 4)
+    assert by_id["fsdp2_hsdp-dsd_sharded-dcp-adamw-mlp-w2"].hsdp_shape == (2, 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -262,8 +263,12 @@ def test_cells_that_hung_in_a_warm_world_are_listed_with_their_outcome() -> None
     from conformance.report.write import rerun_summary
 
     note = "hung in a warm world after 7 other cells had run there, then ran in a fresh world: ok"
-    rerun = cell(2, Outcome.PASS, f"{note}\nbitwise equal\nSTACKS")
+    rerun = dataclasses.replace(cell(2, Outcome.PASS, f"{note}\nbitwise equal\nSTACKS"), rerun=True)
     plain = cell(1, Outcome.PASS, "bitwise equal")
+    # the field says it, not the text; results written before the field existed: the text
+    assert not dataclasses.replace(rerun, rerun=False).hung_in_a_warm_world
+    legacy = {k: v for k, v in rerun.to_json().items() if k != "rerun"}
+    assert CellResult.from_json(legacy).hung_in_a_warm_world
     md = render_markdown(ENV, [rerun, plain])
     assert "## Cells that hung in a warm world" in md
     assert f"- `{rerun.id}`: pass: {note}" in md and f"`{plain.id}`: pass" not in md

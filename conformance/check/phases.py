@@ -67,7 +67,9 @@ class Phases:
     def described(self, detail: str) -> str:
         """The check's detail, led by the note of each phase the pool ran again (a hang in a
         warm world, see conformance.world.pool), their first runs at the end."""
-        return with_reruns(detail, [(f"[{phase} phase] ", run) for phase, run in self.reruns])
+        return with_reruns(
+            detail, [(f"[{phase} phase] " if phase else "", run) for phase, run in self.reruns]
+        )
 
     def scratch(self) -> Path:
         """Where a checkpoint between phases goes: a path that does not exist yet (the strategy

@@ -28,7 +28,7 @@ def sharding_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[st
         return []
     pieces = [local_tensor(p) for p in model.parameters()]
     local, total = sum(p.numel() for p in pieces), total_elements(case.model)
-    group = shard_group_size(case.sharding, ctx.world_size)
+    group = shard_group_size(case.sharding, ctx.world_size, case.hsdp_shape)
     gathered: list[list[torch.Tensor]] = [[] for _ in range(ctx.world_size)]
     dist.all_gather_object(gathered, pieces)
     counts = [sum(p.numel() for p in rank_pieces) for rank_pieces in gathered]

@@ -3,6 +3,7 @@ declares per profile (conformance.check.base)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -39,6 +40,15 @@ EXPERT_MODELS = ("moe", "moe_named")
 MAIN_APIS: tuple[str, ...] = ("dsd_full", "dsd_sharded", "sd_full", "sd_local", "sd_sharded")
 
 
+def hsdp_meshes(world_size: int) -> tuple[str, ...]:
+    """Every (replicate, shard) mesh a world holds, as the mesh axis spells it: "" for the
+    default (2, world_size / 2), "RxS" for the others. One rank: only the default."""
+    if world_size < 2:
+        return ("",)
+    shapes = [(r, world_size // r) for r in range(1, world_size + 1) if world_size % r == 0]
+    return tuple("" if shape == (2, world_size // 2) else f"{shape[0]}x{shape[1]}" for shape in shapes)
+
+
 @dataclass(frozen=True)
 class Slice:
     """A product of axis values. apis None: every API the wrapper's family has."""
@@ -62,7 +72,8 @@ class Slice:
             ):
                 case = Case(wrapper, sharding, api, storage, optimizer, model, ws, precision, check)
                 if self.kinds is None or case.kind in self.kinds:
-                    out.append(case)
+                    meshes = hsdp_meshes(ws) if sharding in HSDP_SHARDINGS else ("",)
+                    out.extend(dataclasses.replace(case, mesh=mesh) for mesh in meshes)
         return out
 
 

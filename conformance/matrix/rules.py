@@ -80,8 +80,8 @@ UNSUPPORTED: tuple[Rule, ...] = (
         "cpu_offload): the other ranks' files would be empty",
     ),
     Rule(
-        {"sharding": HSDP_SHARDINGS, "world_size": (1, 2, 3)},
-        "HSDP needs a (replicate, shard) mesh of at least 2 x 2 ranks",
+        {"sharding": HSDP_SHARDINGS, "world_size": (1, 3)},
+        "HSDP needs a (replicate, shard) mesh of at least 2 ranks, and every mesh of the axis at 3 ranks is 1-D",
     ),
     Rule(
         {"sharding": ("hybrid_shard", "hybrid_shard_zero2"), "api": "sd_local"},

@@ -89,7 +89,7 @@ def check_table(check: str, cells: list[CellResult], known: Mapping[str, Any]) -
             ["saved by \\ loaded by"],
             known,
         )
-    extra = ["variant"] if any(c.axes.get("variant") for c in cells) else []
+    extra = [axis for axis in ("mesh", "variant") if any(c.axes.get(axis) for c in cells)]
     keys = HEADERS + extra
     return grid(
         cells,

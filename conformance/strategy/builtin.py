@@ -33,6 +33,7 @@ def _fsdp1(case: Case, use_orig_params: bool) -> Fsdp1Wrapper:
         use_orig_params=use_orig_params,
         bf16=case.precision == "bf16",
         sync_module_states=getattr(api, "sync_module_states", False),
+        hsdp_shape=case.hsdp_shape,
     )
 
 
@@ -41,9 +42,14 @@ WRAPPERS: dict[str, Callable[[Case], Wrapper]] = {
     "ddp": lambda case: DdpWrapper(),
     "fsdp1": lambda case: _fsdp1(case, use_orig_params=False),
     "fsdp1+orig": lambda case: _fsdp1(case, use_orig_params=True),
-    "fsdp2": lambda case: Fsdp2Wrapper(hsdp=case.sharding == "hsdp", bf16=case.precision == "bf16"),
+    "fsdp2": lambda case: Fsdp2Wrapper(
+        hsdp=case.sharding == "hsdp", bf16=case.precision == "bf16", hsdp_shape=case.hsdp_shape
+    ),
     "fsdp2+noreshard": lambda case: Fsdp2Wrapper(
-        hsdp=case.sharding == "hsdp", reshard_after_forward=False, bf16=case.precision == "bf16"
+        hsdp=case.sharding == "hsdp",
+        reshard_after_forward=False,
+        bf16=case.precision == "bf16",
+        hsdp_shape=case.hsdp_shape,
     ),
 }
 

@@ -21,21 +21,21 @@ from conformance.world import RankContext
 HYBRID = ("hybrid_shard", "hybrid_shard_zero2", "hsdp")
 
 
-def hsdp_mesh(ctx: RankContext):  # type: ignore[no-untyped-def]
-    """A (replicate, shard) mesh: 2 replicas of world_size // 2 shards each."""
+def hsdp_mesh(ctx: RankContext, shape: tuple[int, int]):  # type: ignore[no-untyped-def]
+    """A (replicate, shard) mesh of `shape`: ranks row by row, a row one copy's shards."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    if ctx.world_size < 4 or ctx.world_size % 2:
-        raise ValueError(f"HSDP needs an even world of at least 4 ranks, got {ctx.world_size}")
-    return init_device_mesh(ctx.device.type, (2, ctx.world_size // 2), mesh_dim_names=("replicate", "shard"))
+    if shape[0] * shape[1] != ctx.world_size:
+        raise ValueError(f"an HSDP mesh of {shape[0]} x {shape[1]} does not fit {ctx.world_size} ranks")
+    return init_device_mesh(ctx.device.type, shape, mesh_dim_names=("replicate", "shard"))
 
 
-def shard_group_size(sharding: str, world_size: int) -> int:
+def shard_group_size(sharding: str, world_size: int, hsdp_shape: tuple[int, int] | None = None) -> int:
     """Over how many ranks one copy of the parameters is spread (1: replicated)."""
     if sharding in ("replicate", "no_shard", "none"):
         return 1
     if sharding in HYBRID:
-        return world_size // 2
+        return (hsdp_shape or (2, world_size // 2))[1]
     return world_size
 
 
@@ -112,6 +112,7 @@ class Fsdp1Wrapper:
     use_orig_params: bool = False
     bf16: bool = False
     sync_module_states: bool = False  # broadcast rank 0's weights while wrapping
+    hsdp_shape: tuple[int, int] = (2, 1)  # HYBRID_SHARD*'s (replicate, shard) mesh
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -137,7 +138,7 @@ class Fsdp1Wrapper:
         return FSDP(
             model,
             auto_wrap_policy=ModuleWrapPolicy(set(getattr(model, "wrap_units", (nn.Linear,)))),
-            device_mesh=hsdp_mesh(ctx) if self.sharding in HYBRID else None,
+            device_mesh=hsdp_mesh(ctx, self.hsdp_shape) if self.sharding in HYBRID else None,
             **common,
         )
 
@@ -165,11 +166,16 @@ class Fsdp2Wrapper:
     hsdp: bool = False
     reshard_after_forward: bool = True
     bf16: bool = False
+    hsdp_shape: tuple[int, int] = (2, 1)  # the 2-D mesh's (replicate, shard)
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
 
-        mesh = hsdp_mesh(ctx) if self.hsdp else init_device_mesh(ctx.device.type, (ctx.world_size,))
+        mesh = (
+            hsdp_mesh(ctx, self.hsdp_shape)
+            if self.hsdp
+            else init_device_mesh(ctx.device.type, (ctx.world_size,))
+        )
         kwargs: dict[str, object] = {"reshard_after_forward": self.reshard_after_forward}
         if self.bf16:
             kwargs["mp_policy"] = mixed_precision_policy_cls()(

@@ -4,7 +4,7 @@ world that never ran the run it resumes.
 
 A warm world is an optimisation, and a cell's outcome must not depend on it: a cell that hangs
 in a world that had run other cells before it runs once more in a fresh world, and that run
-is the cell's, led by a note of the first (RERUN_NOTE) that the reports keep. A cell that hangs
+is the cell's, led by a note of the first (CellRun.note) that the reports keep. A cell that hangs
 in a fresh world is a hang (no second try); errors and crashes are never rerun.
 """
 
@@ -16,7 +16,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
-from conformance.outcome import RERUN_NOTE
 from conformance.world.rank import CellFn
 from conformance.world.world import CellRun, World, WorldStartError
 
@@ -95,7 +94,7 @@ class WorldPool:
             return run
         again = self.run(backend, size, fn, arg, timeout_s=timeout_s, seed=seed, slot=slot)
         note = (
-            f"{RERUN_NOTE} after {earlier} other cells had run there, then ran in a fresh world: "
+            f"hung in a warm world after {earlier} other cells had run there, then ran in a fresh world: "
             f"{again.status} (the first run's stacks are at the end)"
         )
         return dataclasses.replace(again, note=note, first_run=run.detail)
