@@ -23,6 +23,7 @@ from conformance.check.roundtrip import StrategyFactory
 from conformance.generated import ModelSpec, ScheduleSpec
 from conformance.outcome import FAILING, RERUN_NOTE, CellResult, Outcome
 from conformance.strategy.builtin import builtin_strategy
+from conformance.strategy.registry import Registry
 from conformance.strategy.storage import STORAGES
 
 Cell = Case | Transfer
@@ -86,16 +87,25 @@ def property_checks() -> tuple[str, ...]:
     return tuple(name for name, check in CHECKS.items() if check.properties)
 
 
-def properties(profile: str) -> list[Property]:
+def properties(profile: str, registry: Registry | None = None) -> list[Property]:
     """The profile's properties: a round trip for each wrapper and state-dict kind at 2 ranks;
     resharding between 1 and 2 ranks, both ways, for each sharding family and kind; a
-    resume for each family and kind. Sorted by id (stable across runs and xdist workers)."""
+    resume for each family and kind; of the built-in matrix (unless the registry leaves it out)
+    and of each registered strategy, over what it declares. Sorted by id (stable across runs
+    and xdist workers)."""
     from conformance.matrix import run_cells, transfer_unsupported_reason, unsupported_reason
     from conformance.strategy.registry import Registry
 
+    registry = registry or Registry()
     groups: dict[tuple[Any, ...], list[Cell]] = {}
     for check in property_checks():
-        for cell in run_cells(Registry(), profile, check):
+        for cell in run_cells(registry, profile, check):
+            owner = registry.strategy_of(cell)
+            if owner is not None and (  # it declares neither this cell nor generated models
+                owner.unsupported_reason(cell)
+                or owner.unsupported_reason(Property(cell).instantiate(GENERATED, GENERATED))
+            ):
+                continue
             if isinstance(cell, Transfer):
                 save = cell.save
                 if (
@@ -104,7 +114,7 @@ def properties(profile: str) -> list[Property]:
                     or {save.world_size, cell.load.world_size} != {1, 2}
                 ):
                     continue
-                key: tuple[Any, ...] = (check, save.family, save.kind, save.world_size)
+                key: tuple[Any, ...] = (cell.strategy, check, save.family, save.kind, save.world_size)
             else:
                 if (
                     cell.world_size != 2
@@ -114,9 +124,9 @@ def properties(profile: str) -> list[Property]:
                 ):
                     continue
                 key = (
-                    (check, cell.wrapper_token, cell.kind)
+                    (cell.strategy, check, cell.wrapper_token, cell.kind)
                     if check == "roundtrip"
-                    else (check, cell.family, cell.kind)
+                    else (cell.strategy, check, cell.family, cell.kind)
                 )
             groups.setdefault(key, []).append(cell)
     chosen = [Property(min(cells, key=_preference)) for cells in groups.values()]

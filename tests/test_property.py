@@ -97,7 +97,7 @@ def test_a_property_id_is_not_a_cell_and_its_report_replays_the_minimal_one() ->
     assert f"python -m conformance.repro {minimal.id}</code>" in page  # a resume: two torchruns
 
 
-def _stub_results(first_outcome: Outcome, first_detail: str):  # type: ignore[no-untyped-def]
+def _stub_results(first_outcome: Outcome, first_detail: str, rerun: bool = False):  # type: ignore[no-untyped-def]
     """A run_cell that answers each configuration's first run with `first_outcome` and every
     later run with a pass: what a cell that fails only now and then looks like to hypothesis."""
     from conformance.outcome import CellResult
@@ -108,7 +108,7 @@ def _stub_results(first_outcome: Outcome, first_detail: str):  # type: ignore[no
         first = cell.id not in seen
         seen.add(cell.id)
         if first:
-            return CellResult(cell.id, cell.axes(), first_outcome, first_detail, 0.1)
+            return CellResult(cell.id, cell.axes(), first_outcome, first_detail, 0.1, rerun=rerun)
         return CellResult(cell.id, cell.axes(), Outcome.PASS, "bitwise equal", 0.1)
 
     return run_cell
@@ -128,9 +128,9 @@ def test_a_failure_that_does_not_happen_again_is_reported_flaky_not_passed() -> 
 
 
 def test_a_pass_says_how_many_examples_passed_only_in_a_fresh_world() -> None:
-    from conformance.world.pool import RERUN_NOTE
+    from conformance.outcome import RERUN_NOTE
 
-    run_cell = _stub_results(Outcome.PASS, f"{RERUN_NOTE} after 3 other cells had run there, ...")
+    run_cell = _stub_results(Outcome.PASS, f"{RERUN_NOTE} after 3 other cells had run there, ...", rerun=True)
     result = run_property(Property(BASE), run_cell, "gloo", settings=settings(FEW, max_examples=3))
     assert result.outcome is Outcome.PASS, result.detail
     assert f"3 of them {RERUN_NOTE} and passed in a fresh one, e.g. fsdp2-" in result.detail

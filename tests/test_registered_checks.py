@@ -99,3 +99,27 @@ def test_each_check_catches_a_broken_registered_strategy(
     assert result.outcome is Outcome.FAIL, f"{cell.id}:\n{result.detail}"
     for needle in needles:
         assert needle in result.detail, f"{needle!r} not in:\n{result.detail}"
+
+
+def test_a_registered_strategy_gets_properties_where_it_takes_generated_models() -> None:
+    import dataclasses
+
+    from conformance.property import properties
+    from conformance.strategy.registry import Registry
+
+    every = Registry(builtin=False, strategies={"every": CONTROL})
+    ids = [p.id for p in properties("ci", every)]
+    assert ids == [
+        "property-reshard-every-fsdp2-full-dcp-w1-to-w2",
+        "property-reshard-every-fsdp2-full-dcp-w2-to-w1",
+        "property-reshard-every-fsdp2-sharded-dcp-w1-to-w2",
+        "property-reshard-every-fsdp2-sharded-dcp-w2-to-w1",
+        "property-resume-every-fsdp2-full-dcp-w2",
+        "property-resume-every-fsdp2-sharded-dcp-w2",
+        "property-roundtrip-every-fsdp2-full-dcp-w2",
+        "property-roundtrip-every-fsdp2-sharded-dcp-w2",
+    ]
+    fixed_models = dataclasses.replace(
+        CONTROL, supports=dataclasses.replace(CONTROL.supports, models=("mlp",))
+    )
+    assert properties("ci", Registry(builtin=False, strategies={"every": fixed_models})) == []

@@ -32,7 +32,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize(fixture, params)
     if "property_case" in metafunc.fixturenames:
         registry = metafunc.config.stash[REGISTRY_KEY]
-        props = properties(metafunc.config.getoption("matrix")) if registry.builtin else []
+        props = properties(metafunc.config.getoption("matrix"), registry)
         metafunc.parametrize(
             "property_case",
             [

@@ -68,8 +68,16 @@ def conformance_property(
     timeout_s = request.config.getoption("case_timeout")
 
     def run(prop: Property) -> CellResult:
+        registry = request.config.stash[REGISTRY_KEY]
+
         def cell(example: Case | Transfer) -> CellResult:
-            return run_case(world_pool, example, backend=conformance_backend, timeout_s=timeout_s)
+            return run_case(
+                world_pool,
+                example,
+                backend=conformance_backend,
+                timeout_s=timeout_s,
+                registered=registry.strategy_of(example),
+            )
 
         try:
             result = run_property(prop, cell, conformance_backend)

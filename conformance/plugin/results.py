@@ -44,7 +44,7 @@ def profile_cell_ids(profile: str, registry: Registry | None = None) -> set[str]
     should cover)."""
     registry = registry or Registry()
     cells = {cell.id for check in CHECKS for cell in run_cells(registry, profile, check)}
-    return cells | ({p.id for p in properties(profile)} if registry.builtin else set())
+    return cells | {p.id for p in properties(profile, registry)}
 
 
 class ResultCollector:
