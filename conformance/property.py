@@ -49,7 +49,8 @@ class Property:
         if isinstance(self.base, Transfer):
             save = self.base.save
             return f"property-reshard-{save.config}-w{save.world_size}-to-w{self.base.load.world_size}"
-        return f"property-{self.check}-{self.base.config}-w{self.base.world_size}"
+        mesh = f"-mesh{self.base.mesh}" if self.base.mesh else ""
+        return f"property-{self.check}-{self.base.config}-w{self.base.world_size}{mesh}"
 
     def instantiate(self, model: str, optimizer: str) -> Cell:
         def mine(case: Case) -> Case:

@@ -41,12 +41,14 @@ MAIN_APIS: tuple[str, ...] = ("dsd_full", "dsd_sharded", "sd_full", "sd_local", 
 
 
 def hsdp_meshes(world_size: int) -> tuple[str, ...]:
-    """Every (replicate, shard) mesh a world holds, as the mesh axis spells it: "" for the
-    default (2, world_size / 2), "RxS" for the others. One rank: only the default."""
+    """Every (replicate, shard) mesh a world holds, as the mesh axis spells it: "" for (2, 2)
+    at 4 ranks, the mesh the matrix had before the axis (its ids stay), "RxS" for the others.
+    One rank: only "" (no HSDP: unsupported)."""
     if world_size < 2:
         return ("",)
     shapes = [(r, world_size // r) for r in range(1, world_size + 1) if world_size % r == 0]
-    return tuple("" if shape == (2, world_size // 2) else f"{shape[0]}x{shape[1]}" for shape in shapes)
+    default = (2, world_size // 2) if world_size >= 4 else None
+    return tuple("" if shape == default else f"{shape[0]}x{shape[1]}" for shape in shapes)
 
 
 @dataclass(frozen=True)
