@@ -78,11 +78,14 @@ def worker(rank, tmp):
                 "sharded": state_dict_of(model, StateDictType.SHARDED_STATE_DICT),
                 "local": state_dict_of(model, StateDictType.LOCAL_STATE_DICT),
             }
-        dist.destroy_process_group()
     except Exception:
         res = {"setup_error": traceback.format_exc()}
     with open(os.path.join(tmp, f"rank{rank}.json"), "w") as f:
         json.dump(res, f)
+    # No teardown: after the ranks that raised left a collective half done, destroying the
+    # group can abort the process in gloo's threads ("terminate called without an active
+    # exception"). The result is written; leave at once.
+    os._exit(0)
 
 
 def main():
