@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from conformance.case import Case, Transfer
@@ -170,11 +170,14 @@ class GridCells:
     configs: tuple[tuple[str, str, str, str], ...]
     sizes: Mapping[str, tuple[int, ...]]
 
+    def _grid(self, world_size: int) -> list[Case]:
+        return [Case(w, s, a, st, "adamw", "mlp", world_size) for w, s, a, st in self.configs]
+
     def cells(self, check: str, profile: str) -> list[Transfer]:
         out: set[Transfer] = set()
         for ws in self.sizes.get(profile, ()):
-            configs = [Case(w, s, a, st, "adamw", "mlp", ws) for w, s, a, st in self.configs]
-            out.update(Transfer(check, save, load) for save in configs for load in configs)
+            grid = self._grid(ws)
+            out.update(Transfer(check, save, load) for save in grid for load in grid)
         return _sorted(out)
 
     def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Transfer]:
@@ -183,7 +186,7 @@ class GridCells:
         same storage and kind, and loads what each of them saved."""
         out: set[Transfer] = set()
         for ws in self.sizes.get(profile, ()):
-            grid = [Case(w, s, a, st, "adamw", "mlp", ws) for w, s, a, st in self.configs]
+            grid = self._grid(ws)
             for config in grid:
                 if config.storage != strategy.storage.name:
                     continue
@@ -208,7 +211,6 @@ class Check:
     features: tuple[Feature, ...] = ()
     registered: bool = False
     properties: bool = False
-    description: str = field(default="")
 
     @property
     def fixture(self) -> str:
@@ -221,6 +223,6 @@ class Check:
 
     def strategy_cells(self, profile: str, strategy: RegisteredStrategy) -> list[Any]:
         """A registered strategy's cells: the profile's wrappers, optimizers, models, precisions
-        and world sizes of the check, for each of STRATEGY_KINDS, in the strategy's name and
-        storage. Whether it takes each is its own declaration (Supports)."""
+        and world sizes of the check, for each kind its shape asks for, in the strategy's name
+        and storage. Whether it takes each is its own declaration (Supports)."""
         return self.shape.strategy_cells(self.name, profile, strategy) if self.registered else []

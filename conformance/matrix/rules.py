@@ -118,11 +118,10 @@ UNSUPPORTED: tuple[Rule, ...] = (
 )
 
 
-def _converting_in_place() -> tuple[str, ...]:
-    return tuple(n for n, s in STORAGE_OBJECTS.items() if s.loads_in_place and getattr(s, "reads", ()))
-
-
-CONVERTED_IN_PLACE = _converting_in_place()
+# Storages whose load converts another storage's checkpoint and then loads in place (Storage.reads).
+CONVERTED_IN_PLACE = tuple(
+    n for n, s in STORAGE_OBJECTS.items() if s.loads_in_place and getattr(s, "reads", ())
+)
 
 
 def first_reason(rules: tuple[Rule, ...], cell: Case | Transfer) -> str | None:

@@ -70,9 +70,7 @@ HEADERS = ["wrapper", "sharding", "api", "kind", "storage", "optimizer", "model"
 def check_table(check: str, cells: list[CellResult], known: Mapping[str, Any]) -> Table:
     """One check's grid: strategies by world size; resharding by N-to-M pair; interop as the
     square grid, rows the saving configuration and columns the loading one."""
-    shape = (
-        CHECKS[check.removeprefix("property-")].shape if check.removeprefix("property-") in CHECKS else None
-    )
+    shape = getattr(CHECKS.get(check.removeprefix("property-")), "shape", None)  # a property: its check's
     if isinstance(shape, ReshardCells):
         return grid(
             cells,

@@ -46,9 +46,10 @@ class Supports:
 
     wrappers: (wrapper, sharding) pairs as the matrix spells them, e.g. ("fsdp1", "full_shard"),
     ("fsdp1+orig", "shard_grad_op"), ("fsdp2", "shard"), ("ddp", "replicate").
-    kinds: the state-dict kinds it saves ("full", "sharded"). checks: of those offered to registered
-    strategies (conformance.matrix.registered_checks(): the run says which on bad input); "reshard" means it loads a checkpoint in another world size. world_sizes, optimizers,
-    models, precisions: None for every one the matrix has."""
+    kinds: the state-dict kinds it saves ("full", "sharded"). checks: of those offered to
+    registered strategies (conformance.matrix.registered_checks(); a run names them on bad
+    input); "reshard" means it loads a checkpoint in another world size. world_sizes,
+    optimizers, models, precisions: None for every one the matrix has."""
 
     wrappers: tuple[tuple[str, str], ...]
     kinds: tuple[str, ...] = STRATEGY_KINDS
@@ -75,8 +76,9 @@ class RegisteredStrategy:
     it by name), called on every rank with the cell's Case. storage: how it writes, a word of
     its cell ids: a Storage object (a built-in one of conformance.strategy.storage, or your
     own), or a name: a built-in storage's picks that one, any other word is its own format
-    (OwnFormat: the checks then damage and inspect only what any files allow). requires: distribution names it needs; when one is missing,
-    every cell of the strategy is a skip naming it."""
+    (OwnFormat: the checks then damage and inspect only what any files allow). requires:
+    distribution names it needs; when one is missing, every cell of the strategy is a skip
+    naming it."""
 
     name: str
     factory: Callable[[Case], Strategy]
