@@ -455,3 +455,30 @@ EVERY_CHECK = Supports(
     kinds=("full", "sharded"),
     checks=("corrupt", "hygiene", "interop", "reshard", "resume", "roundtrip"),
 )
+
+
+class SavesNonPersistentBuffer(Delegating):
+    """Puts the model's non-persistent buffer (`scale` of mlp_nonpersistent) into the saved
+    model state, as a hand-rolled named_buffers() dump would."""
+
+    def save(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        out = self.base._state_dict(state)  # type: ignore[attr-defined]
+        out["model"] = {**out["model"], "scale": unwrap(state.model).scale}
+        self.base.storage.save(out, path, ctx)  # type: ignore[attr-defined]
+
+
+class Opaque:
+    """Not a type torch.load(weights_only=True) allows."""
+
+
+class SavesAnObject(Delegating):
+    """Saves a Python object beside the state: only torch.load(weights_only=False) reads it."""
+
+    def save(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        out = self.base._state_dict(state)  # type: ignore[attr-defined]
+        out["extra"] = Opaque()
+        self.base.storage.save(out, path, ctx)  # type: ignore[attr-defined]
+
+
+saves_non_persistent_buffer = _factory(SavesNonPersistentBuffer, "saves_non_persistent_buffer")
+saves_an_object = _factory(SavesAnObject, "saves_an_object")

@@ -303,3 +303,23 @@ def test_empty_model_checkpoint_fails_hygiene_loudly(pool: WorldPool) -> None:
 def test_control_builtin_strategy_passes_each_check(pool: WorldPool, cell: Case | Transfer) -> None:
     result = run_case(pool, cell, backend="gloo", timeout_s=60, strategy_factory=builtin_strategy)
     assert result.outcome is Outcome.PASS, result.detail
+
+
+def test_hygiene_catches_a_saved_non_persistent_buffer(pool: WorldPool) -> None:
+    cell = _check(dataclasses.replace(DDP, model="mlp_nonpersistent"), "hygiene")
+    control = run_case(pool, cell, backend="gloo", timeout_s=60, strategy_factory=builtin_strategy)
+    assert control.outcome is Outcome.PASS, control.detail
+    result = run_case(
+        pool, cell, backend="gloo", timeout_s=60, strategy_factory=broken.saves_non_persistent_buffer
+    )
+    assert result.outcome is Outcome.FAIL, result.detail
+    assert "non-persistent buffers saved: ['scale']" in result.detail
+
+
+def test_hygiene_reads_with_weights_only(pool: WorldPool) -> None:
+    """A checkpoint that only torch.load(weights_only=False) reads is not consumable."""
+    result = run_case(
+        pool, _check(DDP, "hygiene"), backend="gloo", timeout_s=60, strategy_factory=broken.saves_an_object
+    )
+    assert result.outcome is Outcome.ERROR, result.detail
+    assert "in strategy.read_model_state" in result.detail and "weights_only" in result.detail
