@@ -1,5 +1,6 @@
-"""The check registry is the one list of checks: each has its test in cases/, cells in every
-profile, and nothing else lists them."""
+"""The check registry is the one list of checks: each has its test in cases/ (made from the
+registry), cells in every profile, and nothing else lists them; a new check is its module and
+its registration."""
 
 from __future__ import annotations
 
@@ -16,9 +17,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.parametrize("name", list(CHECKS))
 def test_each_check_has_its_test_in_cases(name: str) -> None:
-    tree = ast.parse((ROOT / "cases" / f"test_{name}.py").read_text())
-    arguments = [a.arg for f in tree.body if isinstance(f, ast.FunctionDef) for a in f.args.args]
-    assert CHECKS[name].fixture in arguments
+    """cases/test_checks.py makes `test_<check>` from the registry, taking the check's fixture."""
+    import importlib.util
+    import inspect
+
+    spec = importlib.util.spec_from_file_location("cases_test_checks", ROOT / "cases" / "test_checks.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    test = getattr(module, f"test_{name}")
+    assert CHECKS[name].fixture in inspect.signature(test).parameters
 
 
 @pytest.mark.parametrize("name", list(CHECKS))
@@ -47,3 +55,18 @@ def test_no_module_lists_the_checks_by_name() -> None:
                 if len(words & set(CHECKS)) >= 3:
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders
+
+
+def test_a_new_check_is_its_module_and_its_registration(tmp_path: Path) -> None:
+    """tests/new_check_plugin.py is all a new check is: registered, it has its pytest test, its
+    cells run, and results.json and the report carry it, with nothing else edited."""
+    from tests.test_plugin import outcomes, run_cases
+
+    code, results, log = run_cases(
+        tmp_path, "-p", "tests.new_check_plugin", "--matrix", "ci", "-k", "test_again"
+    )
+    assert code == 0, log
+    assert outcomes(results) == {"again-ddp-sd_full-torch_save-adamw-mlp-w2": "pass"}, log
+    assert {c["axes"]["check"] for c in results["cells"]} == {"again"}
+    report = (tmp_path / "run" / "matrix.md").read_text()
+    assert "## Again: the round trip once more, as a check of its own" in report

@@ -195,7 +195,7 @@ def _cell(outcome: Outcome, **axes: object) -> CellResult:
 
 def test_feature_table_says_yes_partial_no_unsupported_and_unknown() -> None:
     from conformance.baseline import Expectation
-    from conformance.report.tables import FEATURES, feature_table
+    from conformance.report.tables import feature_table, features
 
     cells = [
         _cell(Outcome.PASS),  # round trip: yes
@@ -208,7 +208,7 @@ def test_feature_table_says_yes_partial_no_unsupported_and_unknown() -> None:
     ]
     known = {cells[4].id: Expectation(Outcome.CRASH)}
     headers, rows = feature_table(cells, known)
-    assert headers == ["strategy", *(f.name for _, f in FEATURES)]
+    assert headers == ["strategy", *(f.name for _, f in features())]
     assert len(rows) == 1 and rows[0][0] == "fsdp2-dsd_full-dcp"
     got = dict(zip(headers, rows[0]))
     assert got["round trip"] == "yes"

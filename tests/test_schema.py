@@ -72,10 +72,12 @@ def test_a_fresh_document_matches_the_schema() -> None:
     assert not found, found
 
 
-def test_the_schema_names_every_registered_check_and_no_other() -> None:
-    """The check axis's enum is the registry's: a check added without the schema fails here."""
+def test_published_checks_are_registered_ones() -> None:
+    """The schema leaves the check axis open (a new check is one module and its registration);
+    every check a published table names is a registered one or a property of one."""
     from conformance.check.registry import CHECKS
 
-    cell_axes = SCHEMA["properties"]["cells"]["items"]["properties"]["axes"]["properties"]
-    expected = [*CHECKS, *(f"property-{name}" for name, check in CHECKS.items() if check.properties)]
-    assert sorted(cell_axes["check"]["enum"]) == sorted(expected)
+    known = {*CHECKS, *(f"property-{name}" for name, check in CHECKS.items() if check.properties)}
+    for path in sorted((ROOT / "reports").glob("*/results.json")):
+        named = {c["axes"]["check"] for c in json.loads(path.read_text())["cells"]}
+        assert named <= known, (path, named - known)

@@ -11,12 +11,15 @@ from conformance.matrix import run_cells
 from conformance.plugin.shared import REGISTRY_KEY
 from conformance.property import properties
 
-# fixture name -> the check whose cells it takes, one test per cell of the --matrix profile
-CELL_FIXTURES = {check.fixture: name for name, check in CHECKS.items()}
+
+def cell_fixtures() -> dict[str, str]:
+    """fixture name -> the check whose cells it takes, one test per cell of the --matrix
+    profile; read from the registry when asked, so a check registered by then has its tests."""
+    return {check.fixture: name for name, check in CHECKS.items()}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    for fixture, check in CELL_FIXTURES.items():
+    for fixture, check in cell_fixtures().items():
         if fixture not in metafunc.fixturenames:
             continue
         params = [
@@ -78,5 +81,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _cell_of(item: pytest.Item) -> Case | Transfer | None:
     params = getattr(getattr(item, "callspec", None), "params", {})
-    cell = next((params[f] for f in CELL_FIXTURES if f in params), None)
+    cell = next((params[f] for f in cell_fixtures() if f in params), None)
     return cell if isinstance(cell, (Case, Transfer)) else None  # an empty parameter set: NOTSET

@@ -122,7 +122,7 @@ def _grids(cells: list[CellResult], known: Mapping[str, Any]) -> str:
     """The feature x strategy table and the square save x load grid (interop), when the run
     has those cells."""
     words = "; ".join(f"{w}: {m}" for w, m in tables.SUPPORT_WORDS.items())
-    meaning = "; ".join(f"{f.name}: {f.meaning}" for _, f in tables.FEATURES)
+    meaning = "; ".join(f"{f.name}: {f.meaning}" for _, f in tables.features())
     features = tables.feature_table(cells, known)
     out = [
         '<details open id="features"><summary><h2>Features by strategy</h2></summary>',

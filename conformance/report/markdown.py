@@ -13,13 +13,13 @@ from conformance.check.registry import CHECKS
 from conformance.findings import Finding, explaining
 from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome, first_line
 from conformance.report.tables import (
-    FEATURES,
     NO_FEATURE_CELLS,
     SUPPORT_WORDS,
     Table,
     check_table,
     config,
     feature_table,
+    features,
 )
 
 LEGEND = (
@@ -38,9 +38,6 @@ LEGEND = (
     "saved copy (from one rank-0 file that is rank 0's, from per-rank files its own, from DCP the copy DCP "
     "kept); the same rule for every strategy, built-in or registered."
 )
-
-
-CHECK_TITLES = {name: check.title for name, check in CHECKS.items()}  # their order is the report's
 
 
 def _markdown(table: Table) -> str:
@@ -68,7 +65,7 @@ def _features(cells: list[CellResult], known: Mapping[str, Any], findings: list[
         "cells of this run that test it: "
         + "; ".join(f"{w}: {m}" for w, m in SUPPORT_WORDS.items())
         + ". The features: "
-        + "; ".join(f"{f.name}: {f.meaning}" for _, f in FEATURES)
+        + "; ".join(f"{f.name}: {f.meaning}" for _, f in features())
         + ".",
         "",
         _markdown(table) if table[1] else NO_FEATURE_CELLS,
@@ -137,9 +134,10 @@ def render_markdown(
         ]
     lines += harness_errors(cells)
     lines += _features(cells, known, findings)
-    for check in [c for c in CHECK_TITLES if c in by_check] + sorted(set(by_check) - set(CHECK_TITLES)):
+    titles = {name: check.title for name, check in CHECKS.items()}  # their order is the report's
+    for check in [c for c in titles if c in by_check] + sorted(set(by_check) - set(titles)):
         table = _markdown(check_table(check, by_check[check], known))
-        lines += [f"## {CHECK_TITLES.get(check, check)}", "", table, ""]
+        lines += [f"## {titles.get(check, check)}", "", table, ""]
     ordered = sorted(cells, key=lambda c: c.id)
     problems = [c for c in ordered if c.outcome in FAILING and c.outcome not in NEVER_EXPECTED]
     if problems:

@@ -107,10 +107,10 @@ def config(cell: CellResult) -> str:
     return Case(**{name: cell.axes[name] for name in _CASE_FIELDS if name in cell.axes}).config
 
 
-# (check, feature): the columns of the feature table, each check's own (conformance.check.registry).
-FEATURES: tuple[tuple[str, Feature], ...] = tuple(
-    (name, feature) for name, check in CHECKS.items() for feature in check.features
-)
+def features() -> tuple[tuple[str, Feature], ...]:
+    """(check, feature): the columns of the feature table, each check's own, in the registry's
+    order (conformance.check.registry)."""
+    return tuple((name, feature) for name, check in CHECKS.items() for feature in check.features)
 
 
 def check_of(cell: CellResult) -> str:
@@ -158,12 +158,13 @@ NO_FEATURE_CELLS = (
 
 
 def feature_table(cells: list[CellResult], known: Mapping[str, Any]) -> Table:
-    """Strategies (rows) by features (columns); see FEATURES and SUPPORT_WORDS."""
+    """Strategies (rows) by features (columns); see features() and SUPPORT_WORDS."""
+    columns = features()
     tested: dict[tuple[str, str], list[CellResult]] = defaultdict(list)
     for cell in cells:
-        for check, feature in FEATURES:
+        for check, feature in columns:
             if check_of(cell) == check and feature.selects(cell.axes):
                 tested[(counts_for(feature, cell), feature.name)].append(cell)
     strategies = sorted({strategy for strategy, _ in tested})
-    body = [[s, *(support(tested.get((s, f.name), []), known) for _, f in FEATURES)] for s in strategies]
-    return ["strategy", *(f.name for _, f in FEATURES)], body
+    body = [[s, *(support(tested.get((s, f.name), []), known) for _, f in columns)] for s in strategies]
+    return ["strategy", *(f.name for _, f in columns)], body
