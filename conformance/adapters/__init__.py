@@ -15,3 +15,22 @@ from conformance.training import MODELS
 # harness-error, and Accelerate's follow from its ignored FSDP plugin. They stay undeclared
 # until each is explained, rather than published unexplained.
 ADAPTER_MODELS: tuple[str, ...] = tuple(sorted(set(MODELS) - {"moe_named"}))
+
+
+def saved_model_state(path: object, key: str) -> dict:
+    """The model state dict a framework's checkpoint holds under `key`, read in one process as
+    an inference user would: `torch.load(weights_only=True)` of its one file, or of DCP's own
+    conversion (format_utils.dcp_to_torch_save) of its DCP directory."""
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    path = Path(str(path))
+    if not path.is_dir():
+        return torch.load(path, weights_only=True, map_location="cpu")[key]
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dcp_to_torch_save(path, f"{tmp}/converted.pt")
+        return torch.load(f"{tmp}/converted.pt", weights_only=True)[key]

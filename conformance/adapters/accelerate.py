@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import nn
 
-from conformance.adapters import ADAPTER_MODELS
+from conformance.adapters import ADAPTER_MODELS, saved_model_state
 from conformance.case import Case
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
@@ -78,6 +78,21 @@ class AccelerateFsdp:
     def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         self._accelerator(state).load_state(str(path))
 
+    def read_model_state(self, path: Path) -> dict[str, Any]:
+        """The model file of save_state's directory, as accelerate writes it: under FSDP
+        (fsdp_utils.save_fsdp_model) pytorch_model_fsdp.bin (full) or the DCP directory
+        pytorch_model_fsdp_0 with the model under "model" (sharded); where the plugin went
+        unused (on CPU, finding accelerate-fsdp-plugin-ignored-on-cpu) model.safetensors."""
+        import torch
+
+        if (path / "pytorch_model_fsdp.bin").exists():
+            return torch.load(path / "pytorch_model_fsdp.bin", weights_only=True, map_location="cpu")
+        if (path / "pytorch_model_fsdp_0").is_dir():
+            return saved_model_state(path / "pytorch_model_fsdp_0", "model")
+        from safetensors.torch import load_file
+
+        return load_file(path / "model.safetensors")
+
 
 ACCELERATE_FSDP = RegisteredStrategy(
     name="accelerate_fsdp",
@@ -89,7 +104,10 @@ ACCELERATE_FSDP = RegisteredStrategy(
             ("fsdp1+orig", "full_shard"),
             ("fsdp2", "shard"),
         ),
-        checks=("resume", "roundtrip", "reshard"),
+        # not corrupt: the largest file save_state writes is random_states_0.pkl, which load_state
+        # reads in a try/except by design (logged, then ignored): damage must reach the model
+        # and optimizer files, which needs a storage object that says where they are
+        checks=("resume", "roundtrip", "reshard", "hygiene"),
         models=ADAPTER_MODELS,
     ),
     storage="accelerate",

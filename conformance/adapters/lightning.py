@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import nn
 
-from conformance.adapters import ADAPTER_MODELS
+from conformance.adapters import ADAPTER_MODELS, saved_model_state
 from conformance.case import Case
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
@@ -110,6 +110,11 @@ class FabricStrategy:
     def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         self.fabric.load_checkpoint(path, _state(state))
 
+    def read_model_state(self, path: Path) -> dict[str, Any]:
+        """Fabric's checkpoint as written: one file (full) or a DCP directory (sharded), the
+        model under "model"."""
+        return saved_model_state(path, "model")
+
 
 def fsdp1_cpu_prewrap(model: nn.Module, case: Case, ctx: RankContext) -> nn.Module:
     """On CPU the model is wrapped before Lightning sees it, the way Lightning's FSDPStrategy
@@ -180,7 +185,7 @@ FABRIC_FSDP = RegisteredStrategy(
     factory=FabricFsdp,  # a class is a factory Case -> strategy
     supports=Supports(
         wrappers=tuple(("fsdp1+orig", s) for s in FSDP1_SHARDINGS),  # Fabric sets use_orig_params=True
-        checks=("resume", "roundtrip", "reshard"),
+        checks=("resume", "roundtrip", "reshard", "hygiene", "corrupt"),
         models=ADAPTER_MODELS,
     ),
     storage="fabric",
@@ -191,7 +196,9 @@ FABRIC_MODEL_PARALLEL = RegisteredStrategy(
     name="lightning_fabric_model_parallel",
     factory=FabricModelParallel,
     supports=Supports(
-        wrappers=(("fsdp2", "shard"),), checks=("resume", "roundtrip", "reshard"), models=ADAPTER_MODELS
+        wrappers=(("fsdp2", "shard"),),
+        checks=("resume", "roundtrip", "reshard", "hygiene", "corrupt"),
+        models=ADAPTER_MODELS,
     ),
     storage="fabric",
     requires=("lightning",),
@@ -290,13 +297,18 @@ class TrainerFsdp:
         for scheduler, scheduler_state in zip(schedulers, checkpoint["lr_schedulers"]):
             scheduler.load_state_dict(scheduler_state)
 
+    def read_model_state(self, path: Path) -> dict[str, Any]:
+        """The Trainer's checkpoint: one file with the model under "state_dict" (full), or a DCP
+        directory with it under "model" (sharded, FSDPStrategy.save_checkpoint)."""
+        return saved_model_state(path, "model" if path.is_dir() else "state_dict")
+
 
 TRAINER_FSDP = RegisteredStrategy(
     name="lightning_fsdp",
     factory=TrainerFsdp,
     supports=Supports(
         wrappers=tuple(("fsdp1+orig", s) for s in FSDP1_SHARDINGS),  # use_orig_params=True by default
-        checks=("resume", "roundtrip", "reshard"),
+        checks=("resume", "roundtrip", "reshard", "hygiene", "corrupt"),
         models=ADAPTER_MODELS,
     ),
     storage="trainer",

@@ -47,6 +47,10 @@ class Storage(IoStorage, Protocol):
 
 
 def files(path: Path) -> list[Path]:
+    """The files a checkpoint is: those under a directory, or the one file a strategy wrote at
+    the path (a registered strategy may write either)."""
+    if path.is_file():
+        return [path]
     return sorted(p for p in path.rglob("*") if p.is_file())
 
 

@@ -39,7 +39,7 @@ class OwnFormat:
         raise NotImplementedError(f"{self.name}: the registered strategy reads itself (read_model_state)")
 
     def payload(self, path: Path) -> tuple[Path, int, int]:
-        written = files(path) if path.is_dir() else [path]
+        written = files(path)
         metadata = [p for p in written if p.name == ".metadata"]
         if metadata:
             return DcpDirectory().payload(metadata[0].parent)
