@@ -25,9 +25,30 @@ def main(argv: list[str] | None = None) -> int:
     diff = commands.add_parser("diff", help="compare two results.json: metadata, then changed cells")
     diff.add_argument("old", type=Path)
     diff.add_argument("new", type=Path)
+    history = commands.add_parser(
+        "history", help="the published tables across torch versions: HISTORY.md and the index page"
+    )
+    history.add_argument("results", type=Path, nargs="+", help="results.json of each published table")
+    history.add_argument("-o", "--output", type=Path, default=Path("reports/HISTORY.md"))
+    history.add_argument("--index", type=Path, default=Path("reports/index.html"))
+    history.add_argument("--findings", type=Path, help="findings data (default: reports/findings.toml)")
+    from conformance.versions import publish
+
+    publish.add_arguments(
+        commands.add_parser(
+            "publish",
+            help="run the matrix in a torch version's cached venv and publish its table under reports/",
+            description=publish.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
     args = parser.parse_args(argv)
     if args.command == "diff":
         return _diff(args.old, args.new)
+    if args.command == "publish":
+        return publish.publish(args)
+    if args.command == "history":
+        return _history(args.results, args.output, args.index, args.findings)
     try:
         environment, cells = read_results(args.results)
     except (OSError, ValueError, KeyError) as exc:
@@ -61,6 +82,28 @@ def main(argv: list[str] | None = None) -> int:
         written.append(out.with_name("FINDINGS.md"))
         written[-1].write_text(render_findings(environment, ordered, findings))
     print(f"wrote {', '.join(map(str, written))} ({len(cells)} cells)")
+    return 0
+
+
+def _history(paths: list[Path], output: Path, index: Path, findings_path: Path | None) -> int:
+    from conformance.findings import load_findings
+    from conformance.report.history import Published, histories
+    from conformance.report.history_page import render_history_markdown, render_index_html
+
+    tables = []
+    for path in paths:
+        try:
+            environment, cells = read_results(path)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"cannot read {path}: {exc}", file=sys.stderr)
+            return 2
+        tables.append(Published(path, environment, cells))
+    findings = load_findings(findings_path) if findings_path else load_findings()
+    series = histories(tables, findings)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(render_history_markdown(series))
+    index.write_text(render_index_html(tables, series, index))
+    print(f"wrote {output} and {index}: {len(tables)} tables in {len(series)} series")
     return 0
 
 

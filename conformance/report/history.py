@@ -1,0 +1,149 @@
+"""The tables of several torch versions side by side, in the style of caniuse: per strategy row
+and feature, the versions where it holds ("yes since 2.12", "yes until 2.11", "no in 2.12
+only"); every cell that changed between consecutive versions with its first detail line; and
+the versions each finding was seen in. `python -m conformance history reports/*/results.json`.
+
+Tables are compared within a series: the same hardware, backend and matrix profile."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conformance.findings import Finding, explaining
+from conformance.outcome import FAILING, CellResult, first_line
+from conformance.report.diff import diff_runs
+from conformance.report.tables import Table, feature_table
+
+
+@dataclass(frozen=True)
+class Published:
+    """One published table: where its results.json is, what it ran on, its cells."""
+
+    path: Path
+    environment: dict[str, Any]
+    cells: list[CellResult] = field(repr=False)
+
+    @property
+    def version(self) -> str:
+        return str(self.environment.get("torch", "?")).split("+")[0]
+
+    @property
+    def series(self) -> str:
+        """What is compared across versions: the directory's name without its torch version
+        (publish names it torch-<version>-<hardware>-<backend>[-<matrix>]), else the run's."""
+        match = re.fullmatch(r"torch-[0-9][^-]*-(.+)", self.path.parent.name)
+        if match:
+            return match.group(1)
+        env = self.environment
+        series = env.get("series") or {}
+        hardware = series.get("hardware", env.get("device", "?"))
+        backend = series.get("backend", env.get("backend", "?"))
+        return f"{hardware} {backend}, matrix {env.get('matrix', '?')}"
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+def series_of(tables: Sequence[Published]) -> dict[str, list[Published]]:
+    """Tables by series, each series in version order (one table per version: the last given)."""
+    out: dict[str, dict[str, Published]] = defaultdict(dict)
+    for table in tables:
+        out[table.series][table.version] = table
+    return {
+        name: sorted(by.values(), key=lambda t: version_key(t.version)) for name, by in sorted(out.items())
+    }
+
+
+def phrase(versions: Sequence[str], words: Sequence[str]) -> str:
+    """How one entry went across the versions, in words."""
+    if len(set(words)) == 1:
+        return f"{words[0]} in every version"
+    changes = [i for i in range(1, len(words)) if words[i] != words[i - 1]]
+    if len(changes) == 1:
+        k = changes[0]
+        before, after = words[0], words[-1]
+        if after == "yes":
+            return f"yes since {versions[k]} ({before} before)"
+        if before == "yes":
+            return f"yes until {versions[k - 1]} ({after} since {versions[k]})"
+        return f"{before} until {versions[k - 1]}, {after} since {versions[k]}"
+    odd = [i for i, w in enumerate(words) if words.count(w) == 1]
+    others = {w for w in words if words.count(w) > 1}
+    if len(odd) == 1 and len(others) == 1:
+        i = odd[0]
+        return f"{words[i]} in {versions[i]} only ({others.pop()} in the others)"
+    return ", ".join(f"{v}: {w}" for v, w in zip(versions, words))
+
+
+def feature_history(tables: Sequence[Published]) -> tuple[Table, int]:
+    """The (strategy, feature) entries that differ across the series' versions, with the phrase
+    and each version's word; and how many entries are the same in every version."""
+    versions = [t.version for t in tables]
+    words: dict[tuple[str, str], list[str]] = defaultdict(lambda: ["unknown"] * len(tables))
+    for i, table in enumerate(tables):
+        headers, body = feature_table(table.cells, {})
+        for row in body:
+            for feature, word in zip(headers[1:], row[1:]):
+                words[(row[0], feature)][i] = word
+    changed = {key: w for key, w in words.items() if len(set(w)) > 1}
+    body = [[s, f, phrase(versions, w), *w] for (s, f), w in sorted(changed.items())]
+    return (["strategy", "feature", "across versions", *versions], body), len(words) - len(changed)
+
+
+def changed_cells(old: Published, new: Published) -> Table:
+    """Every cell whose outcome differs between two versions (added and removed ones too), with
+    the first line of the detail that says why (the new one's; the old one's where it passes now)."""
+    d = diff_runs(old.cells, new.cells)
+    body: list[list[str]] = []
+    for before, after in [*d.regressed, *d.improved, *d.changed]:
+        why = after.detail if after.outcome in FAILING else before.detail
+        body.append([after.id, before.outcome.value, after.outcome.value, first_line(why)])
+    body += [[c.id, "(no cell)", c.outcome.value, first_line(c.detail)] for c in d.added]
+    body += [[c.id, c.outcome.value, "(no cell)", ""] for c in d.removed]
+    return ["cell", old.version, new.version, "why (first line of the detail)"], body
+
+
+def finding_versions(tables: Sequence[Published], findings: Sequence[Finding]) -> Table:
+    """Each finding against each version: how many of the version's cells it explains."""
+    versions = [t.version for t in tables]
+    counts: dict[str, list[int]] = {f.id: [0] * len(tables) for f in findings}
+    for i, table in enumerate(tables):
+        for cell in table.cells:
+            if cell.outcome in FAILING:
+                for finding in explaining(cell, list(findings)):
+                    counts[finding.id][i] += 1
+    body = [
+        [
+            fid,
+            *(str(n) if n else "-" for n in row),
+            ", ".join(v for v, n in zip(versions, row) if n) or "none",
+        ]
+        for fid, row in counts.items()
+    ]
+    return ["finding", *versions, "seen in"], body
+
+
+@dataclass(frozen=True)
+class SeriesHistory:
+    name: str
+    tables: list[Published]
+    features: Table
+    stable: int
+    steps: list[tuple[str, str, Table]]  # (old version, new version, changed cells)
+    findings: Table
+
+
+def histories(tables: Sequence[Published], findings: Sequence[Finding]) -> list[SeriesHistory]:
+    out = []
+    for name, series in series_of(tables).items():
+        features, stable = feature_history(series)
+        steps = [(a.version, b.version, changed_cells(a, b)) for a, b in itertools.pairwise(series)]
+        out.append(SeriesHistory(name, series, features, stable, steps, finding_versions(series, findings)))
+    return out

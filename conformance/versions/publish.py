@@ -1,0 +1,164 @@
+"""`python -m conformance publish --torch 2.12.1`: the table of one torch version, into
+reports/torch-<version>-<hardware>-<backend>/ (a `-<matrix>` suffix for a profile other than
+default). With --torch, that version's cached venv (conformance.versions.venv) runs the
+matrix; without it, the interpreter running this command does. The matrix runs from this
+checkout under pytest, as the README's command runs it, with pytest's progress shown; the
+run's results.json, matrix.md, matrix.html and FINDINGS.md land in the directory, and a
+table that was there before is compared with the new one (`python -m conformance diff`).
+
+Exit status: 0 when the table was published (cells that do not pass are what a table is
+for), 1 when the run had a harness-error (a fault of the suite: never published as a
+result) or wrote no results, 2 when the venv could not be made."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.versions.venv import InstallError, TorchVenv, default_root, ensure
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """What a run's python has: its torch and whether it sees GPUs."""
+
+    python: Path
+    torch: str  # e.g. 2.11.0+cu130
+    gpus: int
+
+    @property
+    def version(self) -> str:
+        return self.torch.split("+")[0]
+
+
+def probe(python: Path) -> Interpreter:
+    code = "import json, torch; print(json.dumps([torch.__version__, torch.cuda.device_count()]))"
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    version, gpus = json.loads(out.stdout.strip().splitlines()[-1])
+    return Interpreter(python, str(version), int(gpus))
+
+
+def report_dir(reports: Path, interpreter: Interpreter, backend: str, matrix: str) -> Path:
+    """reports/torch-<version>-<hardware>-<backend>[-<matrix>]: the backend the ranks ran on
+    (auto: nccl where the machine has GPUs, else gloo) and its hardware."""
+    if backend == "auto":
+        backend = "nccl" if interpreter.gpus else "gloo"
+    hardware = "cuda" if backend == "nccl" else "cpu"
+    suffix = "" if matrix == "default" else f"-{matrix}"
+    return reports / f"torch-{interpreter.version}-{hardware}-{backend}{suffix}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--torch", metavar="VERSION", help="the torch version (its cached venv); default: this python's"
+    )
+    parser.add_argument("--matrix", default="default", help="the profile (default: default)")
+    parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl", "auto"))
+    parser.add_argument("-n", "--workers", default="2", help="pytest-xdist workers (default: 2; 0: none)")
+    parser.add_argument(
+        "--venvs", type=Path, default=None, help=f"where the venvs are cached (default: {default_root()})"
+    )
+    parser.add_argument(
+        "--reports", type=Path, default=CHECKOUT / "reports", help="default: this checkout's reports/"
+    )
+    parser.add_argument(
+        "--no-adapters", action="store_true", help="a new venv without lightning and accelerate"
+    )
+    parser.add_argument("--install-only", action="store_true", help="make the venv, run nothing")
+    parser.add_argument("pytest_args", nargs="*", help="more pytest arguments, after --")
+
+
+def say(text: str) -> None:
+    print(f"[publish] {text}", flush=True)
+
+
+def publish(args: argparse.Namespace) -> int:
+    if not (CHECKOUT / "cases").is_dir():
+        say(f"no cases/ beside the package ({CHECKOUT}): run this from a checkout of the suite")
+        return 2
+    python = Path(sys.executable)
+    if args.torch:
+        venv = TorchVenv(args.torch, args.venvs or default_root())
+        try:
+            ensure(venv, adapters=not args.no_adapters, say=say)
+        except InstallError as exc:
+            say(f"could not make the venv of torch {args.torch}: {exc}")
+            return 2
+        python = venv.python
+    if args.install_only:
+        return 0
+    interpreter = probe(python)
+    out = report_dir(args.reports, interpreter, args.backend, args.matrix)
+    say(f"torch {interpreter.torch} ({python}): --matrix {args.matrix} --backend {args.backend} -> {out}")
+    with tempfile.TemporaryDirectory() as tmp:
+        previous = Path(tmp) / "previous.json"
+        if (out / "results.json").exists():
+            shutil.copy(out / "results.json", previous)
+        code = _run(python, out, args)
+        if not (out / "results.json").exists():
+            say(f"pytest exited {code} and wrote no results.json")
+            return 1
+        _compare(previous, out / "results.json")
+    counts = _counts(out / "results.json")
+    say(f"published {out}: " + ", ".join(f"{n} {o}" for o, n in sorted(counts.items())))
+    if counts.get("harness-error"):
+        say(
+            f"{counts['harness-error']} harness-error: faults of the suite, listed first in {out / 'matrix.md'}"
+        )
+        return 1
+    return 0
+
+
+def _run(python: Path, out: Path, args: argparse.Namespace) -> int:
+    cmd = [str(python), "-m", "pytest", "cases", "--matrix", args.matrix, "--backend", args.backend]
+    cmd += ["--report-dir", str(out), "-p", "no:cacheprovider", "-q"]
+    if args.workers not in ("0", ""):
+        cmd += ["-n", args.workers]
+    cmd += list(args.pytest_args)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")])),
+    }
+    say("$ " + " ".join(cmd))
+    start = time.monotonic()
+    code = subprocess.run(cmd, cwd=CHECKOUT, env=env).returncode
+    say(f"pytest exited {code} after {time.monotonic() - start:.0f} s")
+    return code
+
+
+def _counts(path: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for cell in json.loads(path.read_text())["cells"]:
+        counts[cell["outcome"]] = counts.get(cell["outcome"], 0) + 1
+    return counts
+
+
+def _compare(previous: Path, new: Path) -> None:
+    """The published table before this run against the new one, as `conformance diff` shows it."""
+    if not previous.exists():
+        return
+    from conformance.report.diff import diff_runs
+    from conformance.report.results import read_results
+
+    try:
+        _, old_cells = read_results(previous)
+    except (OSError, ValueError, KeyError) as exc:
+        say(f"the table there before could not be read ({exc}); not compared")
+        return
+    _, new_cells = read_results(new)
+    d = diff_runs(old_cells, new_cells)
+    say(
+        f"against the table there before: {len(d.added)} added, {len(d.removed)} removed, "
+        f"{len(d.improved)} improved, {len(d.regressed)} regressed, {len(d.changed)} changed "
+        f"(python -m conformance diff OLD {new} for each cell)"
+    )

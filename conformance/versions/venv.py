@@ -1,0 +1,128 @@
+"""A cached virtual environment per torch version: made once, then reused by every run that asks
+for that version. torch first, pinned (an open range would pull another build), then what the
+suite needs, and the adapters' frameworks unless asked not to. The checkout itself is not
+installed: runs start in it, where conftest.py loads the plugin, with it on PYTHONPATH.
+
+A version above a pip constraint of the machine (pip config's `constraint`) is installed with
+the constraint lifted for that one install (`PIP_CONSTRAINT=`), and the progress says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+SUITE_PACKAGES = ("numpy", "pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "tabulate>=0.9")
+ADAPTER_PACKAGES = ("lightning>=2.4", "accelerate>=1.0", "safetensors")
+READY = ".conformance-ready.json"  # written last: a venv without it is half made and made again
+
+
+def default_root() -> Path:
+    """Where the venvs live: $CONFORMANCE_VENVS, else ~/.cache/fsdp-checkpoint-conformance/venvs."""
+    env = os.environ.get("CONFORMANCE_VENVS")
+    return Path(env) if env else Path.home() / ".cache" / "fsdp-checkpoint-conformance" / "venvs"
+
+
+@dataclass(frozen=True)
+class TorchVenv:
+    """The venv of one torch version under `root` (torch-<version>)."""
+
+    version: str
+    root: Path
+
+    @property
+    def path(self) -> Path:
+        return self.root / f"torch-{self.version}"
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    def ready(self) -> dict[str, str] | None:
+        """What it holds ({package: version}) when it was made completely, else None."""
+        marker = self.path / READY
+        if not (marker.exists() and self.python.exists()):
+            return None
+        try:
+            return dict(json.loads(marker.read_text()))
+        except (OSError, ValueError):
+            return None
+
+
+Say = Callable[[str], None]
+
+
+def _stream(cmd: Sequence[str], say: Say, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run `cmd`, printing each line of its output as it comes (pip's progress); returns its exit
+    code and its last lines."""
+    say("$ " + " ".join(cmd))
+    tail: list[str] = []
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            say("  " + line.rstrip())
+            tail = [*tail[-40:], line.rstrip()]
+        code = proc.wait()
+    return code, "\n".join(tail)
+
+
+def _pip(
+    venv: TorchVenv, args: Sequence[str], say: Say, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    return _stream([str(venv.python), "-m", "pip", "install", "--progress-bar", "off", *args], say, env)
+
+
+def _installed(venv: TorchVenv) -> dict[str, str]:
+    code = (
+        "import importlib.metadata as m, json; "
+        "print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"
+    )
+    out = subprocess.run([str(venv.python), "-c", code], capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout))
+
+
+class InstallError(RuntimeError):
+    """A venv could not be made: the command, and what pip said last."""
+
+
+def _install(venv: TorchVenv, packages: list[str], say: Say) -> None:
+    """pip install `packages`; where the machine's pip constraint forbids them (a torch above
+    its cap), once more with the constraint lifted for this install (PIP_CONSTRAINT=)."""
+    code, tail = _pip(venv, packages, say)
+    if code and "constraint" in tail.lower():
+        say(f"{' '.join(packages)}: outside this machine's pip constraint; again with PIP_CONSTRAINT=")
+        code, tail = _pip(venv, packages, say, env={**os.environ, "PIP_CONSTRAINT": ""})
+    if code:
+        raise InstallError(f"pip install {' '.join(packages)} exited {code}:\n{tail}")
+
+
+def ensure(venv: TorchVenv, *, adapters: bool = True, say: Say = print) -> dict[str, str]:
+    """The venv of `venv.version`, made if it is not there yet; returns {package: version}."""
+    held = venv.ready()
+    if held is not None and held.get("torch", "").split("+")[0] == venv.version:
+        say(f"venv {venv.path}: cached (torch {held['torch']})")
+        return held
+    start = time.monotonic()
+    if venv.python.exists() and _installed(venv).get("torch", "").split("+")[0] == venv.version:
+        say(f"venv {venv.path}: torch {venv.version} there, completing what the suite needs")
+    else:
+        say(f"venv {venv.path}: making it for torch {venv.version}")
+        venv.path.parent.mkdir(parents=True, exist_ok=True)
+        code, tail = _stream([sys.executable, "-m", "venv", "--clear", str(venv.path)], say)
+        if code:
+            raise InstallError(f"python -m venv {venv.path} exited {code}:\n{tail}")
+        _pip(venv, ["-q", "--upgrade", "pip"], say)
+        _install(venv, [f"torch=={venv.version}"], say)
+    # torch pinned again, so that nothing installed after it moves it
+    _install(venv, [*SUITE_PACKAGES, *(ADAPTER_PACKAGES if adapters else ()), f"torch=={venv.version}"], say)
+    held = _installed(venv)
+    (venv.path / READY).write_text(json.dumps(held, indent=1, sort_keys=True) + "\n")
+    say(f"venv {venv.path}: torch {held.get('torch')} ready in {time.monotonic() - start:.0f} s")
+    return held

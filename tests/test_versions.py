@@ -1,0 +1,109 @@
+"""The per-version publication: the command that publishes a table into its own directory, and
+the history across the published tables."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conformance.outcome import CellResult, Outcome
+from conformance.report.history import Published, changed_cells, feature_history, phrase, series_of
+from conformance.versions.publish import Interpreter, report_dir
+from conformance.versions.venv import READY, TorchVenv, ensure
+
+ROOT = Path(__file__).resolve().parent.parent
+CELL = "roundtrip and ddp-sd_full-torch_save-adamw-mlp-w2"
+
+
+def test_phrases_say_since_until_and_only() -> None:
+    v = ["2.10", "2.11", "2.12", "2.13"]
+    assert phrase(v, ["yes"] * 4) == "yes in every version"
+    assert phrase(v, ["no", "no", "yes", "yes"]) == "yes since 2.12 (no before)"
+    assert phrase(v, ["yes", "yes", "no", "no"]) == "yes until 2.11 (no since 2.12)"
+    assert phrase(v, ["yes", "yes", "no", "yes"]) == "no in 2.12 only (yes in the others)"
+    assert phrase(v, ["yes", "no", "skip", "yes"]) == "2.10: yes, 2.11: no, 2.12: skip, 2.13: yes"
+
+
+def _table(tmp: Path, version: str, outcome: Outcome, detail: str = "ok") -> Published:
+    axes = {"wrapper": "ddp", "sharding": "replicate", "api": "sd_full", "storage": "torch_save"}
+    axes |= {"optimizer": "adamw", "model": "mlp", "world_size": 2, "precision": "fp32", "check": "roundtrip"}
+    cell = CellResult("ddp-sd_full-torch_save-adamw-mlp-w2", axes, outcome, detail, 0.1)
+    path = tmp / f"torch-{version}-cpu-gloo" / "results.json"
+    return Published(path, {"torch": f"{version}+cpu", "matrix": "default"}, [cell])
+
+
+def test_a_cell_that_breaks_in_a_version_shows_in_the_history(tmp_path: Path) -> None:
+    tables = [
+        _table(tmp_path, "2.12.1", Outcome.PASS),
+        _table(tmp_path, "2.13.0", Outcome.FAIL, "param/fc1.weight: values differ\nmore"),
+        _table(tmp_path, "2.9.1", Outcome.PASS),
+    ]
+    (series,) = series_of(tables).values()
+    assert [t.version for t in series] == ["2.9.1", "2.12.1", "2.13.0"]  # by version, not by name
+    (headers, body), _ = feature_history(series)
+    assert headers[-3:] == ["2.9.1", "2.12.1", "2.13.0"]
+    assert body and all(row[2] == "yes until 2.12.1 (no since 2.13.0)" for row in body), body
+    _, changed = changed_cells(series[1], series[2])
+    assert changed == [
+        ["ddp-sd_full-torch_save-adamw-mlp-w2", "pass", "fail", "param/fc1.weight: values differ"]
+    ]
+
+
+def test_report_dirs_name_version_hardware_backend_and_profile(tmp_path: Path) -> None:
+    cpu = Interpreter(Path("python"), "2.11.0+cu130", 0)
+    assert report_dir(tmp_path, cpu, "auto", "default") == tmp_path / "torch-2.11.0-cpu-gloo"
+    assert report_dir(tmp_path, cpu, "gloo", "ci") == tmp_path / "torch-2.11.0-cpu-gloo-ci"
+    gpu = Interpreter(Path("python"), "2.11.0+cu130", 1)
+    assert report_dir(tmp_path, gpu, "auto", "default") == tmp_path / "torch-2.11.0-cuda-nccl"
+
+
+def test_a_made_venv_is_reused_without_pip(tmp_path: Path) -> None:
+    venv = TorchVenv("2.13.0", tmp_path)
+    (venv.path / "bin").mkdir(parents=True)
+    venv.python.symlink_to(sys.executable)
+    (venv.path / READY).write_text(json.dumps({"torch": "2.13.0+cpu"}))
+    said: list[str] = []
+    assert ensure(venv, say=said.append) == {"torch": "2.13.0+cpu"}
+    assert said == [f"venv {venv.path}: cached (torch 2.13.0+cpu)"]
+
+
+def _publish(reports: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "conformance", "publish", "--matrix", "ci", "--reports", str(reports)]
+    cmd += ["-n", "0", "--", "-k", CELL]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_publish_writes_the_table_of_this_python_and_compares_with_the_one_before(tmp_path: Path) -> None:
+    import torch
+
+    first = _publish(tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    out = tmp_path / f"torch-{torch.__version__.split('+')[0]}-cpu-gloo-ci"
+    cells = json.loads((out / "results.json").read_text())["cells"]
+    assert [(c["id"], c["outcome"]) for c in cells] == [("ddp-sd_full-torch_save-adamw-mlp-w2", "pass")]
+    assert (out / "matrix.md").exists() and (out / "matrix.html").exists()
+    assert "[publish] published" in first.stdout
+    second = _publish(tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "against the table there before: 0 added, 0 removed, 0 improved, 0 regressed" in second.stdout
+    history = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "conformance",
+            "history",
+            str(out / "results.json"),
+            "-o",
+            str(tmp_path / "HISTORY.md"),
+            "--index",
+            str(tmp_path / "index.html"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert history.returncode == 0, history.stderr
+    page = (tmp_path / "index.html").read_text()
+    assert 'href="torch-' in page and "matrix.html" in page
