@@ -32,7 +32,16 @@ def main(argv: list[str] | None = None) -> int:
     history.add_argument("-o", "--output", type=Path, default=Path("reports/HISTORY.md"))
     history.add_argument("--index", type=Path, default=Path("reports/index.html"))
     history.add_argument("--findings", type=Path, help="findings data (default: reports/findings.toml)")
-    from conformance.versions import publish
+    from conformance.versions import crossversion, publish
+
+    crossversion.add_arguments(
+        commands.add_parser(
+            "crossversion",
+            help="save with one torch version, load with another: the grid under reports/crossversion/",
+            description=crossversion.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
 
     publish.add_arguments(
         commands.add_parser(
@@ -47,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         return _diff(args.old, args.new)
     if args.command == "publish":
         return publish.publish(args)
+    if args.command == "crossversion":
+        return crossversion.crossversion(args)
     if args.command == "history":
         return _history(args.results, args.output, args.index, args.findings)
     try:
