@@ -300,3 +300,32 @@ def test_a_harness_error_is_a_regression_never_expected_and_listed_first(tmp_pat
     page = render_markdown(ENV, cells)
     assert page.index("## Harness errors") < page.index("## Features by strategy")
     assert "Cells that did not pass" not in page  # not listed as the strategy's non-pass
+
+
+def test_the_summary_folds_storages_into_family_and_api_and_folds_rows_where_nothing_ran() -> None:
+    from conformance.case import Case
+    from conformance.report.tables import summary_table
+
+    def cell(wrapper: str, api: str, storage: str, outcome: Outcome, strategy: str = "") -> CellResult:
+        case = Case(
+            wrapper,
+            "full_shard" if wrapper.startswith("fsdp1") else "replicate",
+            api,
+            storage,
+            "adamw",
+            "mlp",
+            2,
+        )
+        axes = {**case.axes(), "strategy": strategy, "backend": "gloo"}
+        return CellResult(case.id, axes, outcome, "x", 0.1)
+
+    cells = [
+        cell("fsdp1", "sd_full", "torch_save", Outcome.PASS),
+        cell("fsdp1+orig", "sd_full", "dcp", Outcome.FAIL),  # another option and storage, same row
+        cell("fsdp1", "legacy_full_rank0_init", "torch_save", Outcome.UNSUPPORTED),
+        cell("ddp", "sd_full", "torch_save", Outcome.PASS),
+    ]
+    (headers, body), folded = summary_table(cells, {})
+    rows = {row[0]: row[headers.index("round trip")] for row in body}
+    assert rows == {"ddp sd_full": "yes", "fsdp1 sd_full": "partial 1/2"}
+    assert folded == ["fsdp1 legacy_full_rank0_init"]

@@ -124,8 +124,21 @@ def _grids(cells: list[CellResult], known: Mapping[str, Any]) -> str:
     words = "; ".join(f"{w}: {m}" for w, m in tables.SUPPORT_WORDS.items())
     meaning = "; ".join(f"{f.name}: {f.meaning}" for _, f in tables.features())
     features = tables.feature_table(cells, known)
-    out = [
-        '<details open id="features"><summary><h2>Features by strategy</h2></summary>',
+    summary, folded = tables.summary_table(cells, known)
+    out = []
+    if summary[1] or folded:
+        out += [
+            '<details open id="summary"><summary><h2>What works</h2></summary>',
+            '<p class="why">A row per wrapper family and state-dict API (a registered strategy and '
+            "its kind), each feature over every storage, sharding and option of it.</p>",
+            _table(summary, "wrapper family / strategy, API x feature") if summary[1] else "",
+            f'<p class="why">Nothing ran for {len(folded)} rows: {html.escape(", ".join(folded))}.</p>'
+            if folded
+            else "",
+            "</details>",
+        ]
+    out += [
+        '<details id="features"><summary><h2>Features by strategy</h2></summary>',
         f'<p class="why">{html.escape(words)}.<br>{html.escape(meaning)}.</p>',
         _table(features, "strategy (wrapper, state-dict API, storage) x feature")
         if features[1]

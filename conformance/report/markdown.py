@@ -20,6 +20,7 @@ from conformance.report.tables import (
     config,
     feature_table,
     features,
+    summary_table,
 )
 
 LEGEND = (
@@ -52,6 +53,28 @@ def _deprecated(cells: list[CellResult], findings: list[Finding]) -> set[str]:
     """The strategies (feature-table rows) whose cells call a deprecated API (a finding says)."""
     marked = [f for f in findings if f.kind == "deprecated API"]
     return {config(c) for c in cells if any(f.explains(c) for f in marked)}
+
+
+def _summary(cells: list[CellResult], known: Mapping[str, Any]) -> list[str]:
+    (headers, rows), folded = summary_table(cells, known)
+    if not rows and not folded:
+        return []
+    lines = [
+        "## What works",
+        "",
+        "A row per wrapper family and state-dict API (a registered strategy and its kind), each "
+        "feature over every storage, sharding and option of it; the full table, a row per "
+        "strategy, follows.",
+        "",
+        _markdown((headers, rows)) if rows else "(nothing ran)",
+        "",
+    ]
+    if folded:
+        lines += [
+            f"Nothing ran for {len(folded)} rows (unsupported, skipped or untested): {', '.join(folded)}.",
+            "",
+        ]
+    return lines
 
 
 def _features(cells: list[CellResult], known: Mapping[str, Any], findings: list[Finding]) -> list[str]:
@@ -133,6 +156,7 @@ def render_markdown(
             "",
         ]
     lines += harness_errors(cells)
+    lines += _summary(cells, known)
     lines += _features(cells, known, findings)
     titles = {name: check.title for name, check in CHECKS.items()}  # their order is the report's
     for check in [c for c in titles if c in by_check] + sorted(set(by_check) - set(titles)):

@@ -157,14 +157,52 @@ NO_FEATURE_CELLS = (
 )
 
 
+def feature_cells(cells: list[CellResult]) -> dict[tuple[str, str], list[CellResult]]:
+    """(strategy row, feature) -> the cells that test it."""
+    tested: dict[tuple[str, str], list[CellResult]] = defaultdict(list)
+    for cell in cells:
+        for check, feature in features():
+            if check_of(cell) == check and feature.selects(cell.axes):
+                tested[(counts_for(feature, cell), feature.name)].append(cell)
+    return tested
+
+
 def feature_table(cells: list[CellResult], known: Mapping[str, Any]) -> Table:
     """Strategies (rows) by features (columns); see features() and SUPPORT_WORDS."""
     columns = features()
-    tested: dict[tuple[str, str], list[CellResult]] = defaultdict(list)
-    for cell in cells:
-        for check, feature in columns:
-            if check_of(cell) == check and feature.selects(cell.axes):
-                tested[(counts_for(feature, cell), feature.name)].append(cell)
+    tested = feature_cells(cells)
     strategies = sorted({strategy for strategy, _ in tested})
     body = [[s, *(support(tested.get((s, f.name), []), known) for _, f in columns)] for s in strategies]
     return ["strategy", *(f.name for _, f in columns)], body
+
+
+def summary_group(row: str, registered: set[str]) -> str:
+    """The summary row a strategy row folds into: a registered strategy and its state-dict kind,
+    or a built-in wrapper family and its API (storages, shardings and options folded in)."""
+    parts = row.split("-")
+    if parts[0] in registered and len(parts) >= 3:
+        return f"{parts[0]} {parts[2]}"
+    family = parts[0].split("+")[0].split("_")[0]
+    return f"{family} {parts[1]}" if len(parts) > 1 else family
+
+
+NOTHING_RAN = ("unsupported", "unknown", "skip")
+
+
+def summary_table(cells: list[CellResult], known: Mapping[str, Any]) -> tuple[Table, list[str]]:
+    """The first screen, "what works": a row per wrapper family x API (a registered strategy x
+    kind), each feature over every cell of its strategy rows; and the rows in which nothing ran
+    (every entry unsupported, unknown or skip), folded into a list."""
+    columns = features()
+    registered = {str(c.axes.get("strategy")) for c in cells if c.axes.get("strategy")}
+    grouped: dict[tuple[str, str], list[CellResult]] = defaultdict(list)
+    for (row, feature), tested in feature_cells(cells).items():
+        grouped[(summary_group(row, registered), feature)] += tested
+    body, folded = [], []
+    for group in sorted({g for g, _ in grouped}):
+        words = [support(grouped.get((group, f.name), []), known) for _, f in columns]
+        if all(w in NOTHING_RAN for w in words):
+            folded.append(group)
+        else:
+            body.append([group, *words])
+    return (["wrapper family / strategy, API", *(f.name for _, f in columns)], body), folded
