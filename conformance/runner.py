@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 import traceback
 import zlib
@@ -25,12 +24,34 @@ Cell = Case | Transfer
 
 
 def resolve_backend(choice: str) -> str:
-    """auto: nccl where CUDA is available, else gloo."""
+    """One backend for every world: auto is nccl where CUDA is available, else gloo."""
     if choice == "auto":
         return "nccl" if torch.cuda.is_available() else "gloo"
     if choice not in ("gloo", "nccl"):
         raise ValueError(f"unknown backend {choice!r}: use auto, gloo or nccl")
     return choice
+
+
+def backend_choice(choice: str) -> str:
+    """What a pytest run's cells choose from: gloo or nccl as given; auto where GPUs are
+    visible (each cell then takes nccl when the GPUs hold its worlds, gloo when they do not:
+    cell_backend), gloo where none are."""
+    if choice == "auto":
+        return "auto" if visible_gpus() else "gloo"
+    return resolve_backend(choice)
+
+
+def world_sizes(cell: Cell) -> tuple[int, ...]:
+    return (cell.save.world_size, cell.load.world_size) if isinstance(cell, Transfer) else (cell.world_size,)
+
+
+def cell_backend(choice: str, cell: Cell, gpus: int) -> str:
+    """The backend a cell runs on: under auto, nccl when `gpus` hold every world it needs (a
+    rank per GPU), else gloo, so that a machine with fewer GPUs than ranks still runs its larger
+    worlds on the CPU. The same on every xdist worker: each sees every GPU."""
+    if choice != "auto":
+        return choice
+    return "nccl" if gpus and max(world_sizes(cell)) <= gpus else "gloo"
 
 
 # API tokens that need the module on a GPU while wrapping: FSDP1's sync_module_states=True
@@ -46,9 +67,10 @@ def environment_skip(case: Case, backend: str) -> str | None:
     if backend == "nccl":
         visible = len(visible_gpus())
         if visible < case.world_size:
-            where = os.environ.get("PYTEST_XDIST_WORKER")
-            share = f" to xdist worker {where} (the GPUs are split between the workers)" if where else ""
-            return f"needs {case.world_size} GPUs for nccl, {visible} visible{share}"
+            return (
+                f"needs {case.world_size} GPUs for nccl, {visible} visible (--backend auto runs it "
+                "on gloo instead)"
+            )
     return None
 
 

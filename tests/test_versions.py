@@ -56,7 +56,8 @@ def test_report_dirs_name_version_hardware_backend_and_profile(tmp_path: Path) -
     assert report_dir(tmp_path, cpu, "auto", "default") == tmp_path / "torch-2.11.0-cpu-gloo"
     assert report_dir(tmp_path, cpu, "gloo", "ci") == tmp_path / "torch-2.11.0-cpu-gloo-ci"
     gpu = Interpreter(Path("python"), "2.11.0+cu130", 1)
-    assert report_dir(tmp_path, gpu, "auto", "default") == tmp_path / "torch-2.11.0-cuda-nccl"
+    assert report_dir(tmp_path, gpu, "auto", "default") == tmp_path / "torch-2.11.0-cuda-auto"
+    assert report_dir(tmp_path, gpu, "nccl", "default") == tmp_path / "torch-2.11.0-cuda-nccl"
 
 
 def test_a_made_venv_is_reused_without_pip(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from collections.abc import Iterator
@@ -242,3 +243,16 @@ def test_a_check_names_each_phase_the_pool_ran_again() -> None:
         "--- [load phase] the first run, in the warm world:",
         "timed out after 60 s; STACKS",
     ]
+
+
+def test_auto_runs_a_cell_on_nccl_where_the_gpus_hold_its_worlds_and_on_gloo_beyond() -> None:
+    from conformance.case import Case, Transfer
+    from conformance.runner import cell_backend
+
+    w1 = Case("fsdp2", "shard", "dsd_sharded", "dcp", "adamw", "mlp", 1)
+    w2 = dataclasses.replace(w1, world_size=2)
+    w1_to_w2 = Transfer("reshard", w1, w2)
+    assert [cell_backend("auto", c, 1) for c in (w1, w2, w1_to_w2)] == ["nccl", "gloo", "gloo"]
+    assert [cell_backend("auto", c, 2) for c in (w1, w2, w1_to_w2)] == ["nccl", "nccl", "nccl"]
+    assert [cell_backend("auto", c, 0) for c in (w1, w2)] == ["gloo", "gloo"]
+    assert cell_backend("gloo", w1, 8) == "gloo" and cell_backend("nccl", w2, 1) == "nccl"

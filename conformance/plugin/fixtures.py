@@ -14,9 +14,10 @@ from conformance.check.roundtrip import StrategyFactory
 from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.plugin.shared import BACKEND_KEY, BASELINE_KEY, PROPERTY, REGISTRY_KEY, WORLDS_KEY
 from conformance.property import Property, run_property
-from conformance.runner import RANK_PRELOAD, harness_error, run_case
+from conformance.runner import RANK_PRELOAD, cell_backend, harness_error, run_case
 from conformance.strategy.builtin import builtin_strategy
 from conformance.world import WorldPool
+from conformance.world.devices import visible_gpus
 
 
 @pytest.fixture(scope="session")
@@ -43,16 +44,17 @@ def conformance_cell(
 
     def run(case: Case | Transfer, strategy_factory: StrategyFactory = builtin_strategy) -> CellResult:
         registry = request.config.stash[REGISTRY_KEY]
+        backend = cell_backend(conformance_backend, case, len(visible_gpus()))
         result = run_case(
             world_pool,
             case,
-            backend=conformance_backend,
+            backend=backend,
             timeout_s=request.config.getoption("case_timeout"),
             strategy_factory=strategy_factory,
             registered=registry.strategy_of(case),
         )
         request.node.user_properties.append((PROPERTY, result.to_json()))
-        _to_pytest(result, request.config.stash[BASELINE_KEY], conformance_backend)
+        _to_pytest(result, request.config.stash[BASELINE_KEY], backend)
         return result
 
     return run
@@ -70,21 +72,24 @@ def conformance_property(
     def run(prop: Property) -> CellResult:
         registry = request.config.stash[REGISTRY_KEY]
 
+        gpus = len(visible_gpus())
+        backend = cell_backend(conformance_backend, prop.base, gpus)
+
         def cell(example: Case | Transfer) -> CellResult:
             return run_case(
                 world_pool,
                 example,
-                backend=conformance_backend,
+                backend=cell_backend(conformance_backend, example, gpus),
                 timeout_s=timeout_s,
                 registered=registry.strategy_of(example),
             )
 
         try:
-            result = run_property(prop, cell, conformance_backend)
+            result = run_property(prop, cell, backend)
         except Exception:  # a fault of the harness is the property's error, never a lost cell
-            result = harness_error(prop.id, prop.axes(conformance_backend), 0.0)
+            result = harness_error(prop.id, prop.axes(backend), 0.0)
         request.node.user_properties.append((PROPERTY, result.to_json()))
-        _to_pytest(result, request.config.stash[BASELINE_KEY], conformance_backend)
+        _to_pytest(result, request.config.stash[BASELINE_KEY], backend)
         return result
 
     return run

@@ -21,10 +21,9 @@ from conformance.plugin.shared import (
     REGISTRY_KEY,
 )
 from conformance.run_options import add_run_options
-from conformance.runner import resolve_backend
+from conformance.runner import backend_choice
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.registry import build_registry
-from conformance.world.devices import visible_gpus, worker_gpus, xdist_worker
 
 KIND_MARKERS = sorted(set(API_KINDS.values()))
 WRAPPER_MARKERS = sorted(STATE_APIS)  # the wrapper families
@@ -74,15 +73,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if config.getoption("case_timeout") <= 0:
         raise pytest.UsageError("--case-timeout must be a positive number of seconds")
-    # The backend from every GPU of the machine, then this xdist worker's share of them: every
-    # worker runs the same backend, and its worlds see only its own GPUs.
-    config.stash[BACKEND_KEY] = resolve_backend(config.getoption("backend"))
+    # gloo, nccl, or auto (each cell picks by the GPUs it needs: runner.cell_backend). Every
+    # xdist worker sees every GPU, so whether a cell runs never depends on the worker it lands
+    # on; worlds of different workers may share a GPU (each world its own communicator).
+    config.stash[BACKEND_KEY] = backend_choice(config.getoption("backend"))
     if hasattr(config, "workerinput"):
         die_with_parent(os.getppid(), signal.SIGTERM)  # a killed controller takes its workers along
-        gpus = visible_gpus()
-        if gpus:
-            mine = worker_gpus(gpus, *xdist_worker(config.workerinput))
-            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(mine) if mine else "-1"
     try:
         config.stash[REGISTRY_KEY] = build_registry(config.getoption("strategy"))
     except (ValueError, TypeError) as exc:

@@ -49,11 +49,12 @@ def probe(python: Path) -> Interpreter:
 
 
 def report_dir(reports: Path, interpreter: Interpreter, backend: str, matrix: str) -> Path:
-    """reports/torch-<version>-<hardware>-<backend>[-<matrix>]: the backend the ranks ran on
-    (auto: nccl where the machine has GPUs, else gloo) and its hardware."""
-    if backend == "auto":
-        backend = "nccl" if interpreter.gpus else "gloo"
-    hardware = "cuda" if backend == "nccl" else "cpu"
+    """reports/torch-<version>-<hardware>-<backend>[-<matrix>]: the backend the ranks ran on and
+    its hardware (auto where the machine has GPUs: nccl for the worlds they hold, gloo beyond;
+    each cell's axes say which; auto without GPUs is gloo)."""
+    if backend == "auto" and not interpreter.gpus:
+        backend = "gloo"
+    hardware = "cpu" if backend == "gloo" else "cuda"
     suffix = "" if matrix == "default" else f"-{matrix}"
     return reports / f"torch-{interpreter.version}-{hardware}-{backend}{suffix}"
 

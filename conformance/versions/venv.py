@@ -4,7 +4,9 @@ suite needs, and the adapters' frameworks unless asked not to. The checkout itse
 installed: runs start in it, where conftest.py loads the plugin, with it on PYTHONPATH.
 
 A version above a pip constraint of the machine (pip config's `constraint`) is installed with
-the constraint lifted for that one install (`PIP_CONSTRAINT=`), and the progress says so."""
+the constraint lifted for that venv's installs (`PIP_CONSTRAINT=/dev/null`, an empty
+constraint file: an empty PIP_CONSTRAINT left the configured one in force, pip 26.3), and
+the progress says so."""
 
 from __future__ import annotations
 
@@ -94,11 +96,13 @@ class InstallError(RuntimeError):
 
 def _install(venv: TorchVenv, packages: list[str], say: Say) -> None:
     """pip install `packages`; where the machine's pip constraint forbids them (a torch above
-    its cap), once more with the constraint lifted for this install (PIP_CONSTRAINT=)."""
+    its cap), once more with the constraint lifted for this install."""
     code, tail = _pip(venv, packages, say)
     if code and "constraint" in tail.lower():
-        say(f"{' '.join(packages)}: outside this machine's pip constraint; again with PIP_CONSTRAINT=")
-        code, tail = _pip(venv, packages, say, env={**os.environ, "PIP_CONSTRAINT": ""})
+        say(
+            f"{' '.join(packages)}: outside this machine's pip constraint; again with PIP_CONSTRAINT={os.devnull}"
+        )
+        code, tail = _pip(venv, packages, say, env={**os.environ, "PIP_CONSTRAINT": os.devnull})
     if code:
         raise InstallError(f"pip install {' '.join(packages)} exited {code}:\n{tail}")
 
