@@ -482,3 +482,36 @@ class SavesAnObject(Delegating):
 
 saves_non_persistent_buffer = _factory(SavesNonPersistentBuffer, "saves_non_persistent_buffer")
 saves_an_object = _factory(SavesAnObject, "saves_an_object")
+
+
+@dataclasses.dataclass(frozen=True)
+class StagesAfterTheStep:
+    """dcp_async_busy's save with staging that comes too late: the training step in flight
+    lands in the checkpoint (what a stager that does not copy, or copies after returning, does).
+    The round trip must see the step's values where the state at the call belongs."""
+
+    name: str = "dcp_async_busy"
+
+    def save(self, state: dict, path: Path, ctx: RankContext) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        from conformance.strategy.storage.dcp_async import _tensors
+
+        live = _tensors(state)
+        with torch.no_grad():
+            kept = [t.clone() for t in live]
+            for tensor in live:
+                tensor.add_(1.0)
+            dcp.async_save(state, checkpoint_id=str(path)).result()  # staged only now: after the step
+            for tensor, value in zip(live, kept, strict=True):
+                tensor.copy_(value)
+
+    def __getattr__(self, attr: str) -> object:  # everything else as dcp_async_busy does it
+        from conformance.strategy.storage import STORAGES
+
+        return getattr(STORAGES["dcp_async_busy"], attr)
+
+
+def stages_after_the_step(case: Case) -> object:
+    """The built-in strategy of the cell with its storage staging too late."""
+    return dataclasses.replace(builtin_strategy(case), storage=StagesAfterTheStep())

@@ -323,3 +323,13 @@ def test_hygiene_reads_with_weights_only(pool: WorldPool) -> None:
     )
     assert result.outcome is Outcome.ERROR, result.detail
     assert "in strategy.read_model_state" in result.detail and "weights_only" in result.detail
+
+
+def test_an_async_save_that_stages_after_the_step_is_caught(pool: WorldPool) -> None:
+    """dcp_async_busy's promise, the state at the call and not the step in flight, can fail."""
+    cell = dataclasses.replace(DDP, api="dsd_sharded", storage="dcp_async_busy")
+    control = run_case(pool, cell, backend="gloo", timeout_s=60, strategy_factory=builtin_strategy)
+    assert control.outcome is Outcome.PASS, control.detail
+    result = run_case(pool, cell, backend="gloo", timeout_s=60, strategy_factory=broken.stages_after_the_step)
+    assert result.outcome is Outcome.FAIL, result.detail
+    assert "values differ" in result.detail
