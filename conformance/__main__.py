@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     history.add_argument("-o", "--output", type=Path, default=Path("reports/HISTORY.md"))
     history.add_argument("--index", type=Path, default=Path("reports/index.html"))
     history.add_argument("--findings", type=Path, help="findings data (default: reports/findings.toml)")
+    history.add_argument(
+        "--update-findings",
+        action="store_true",
+        help="set each finding's torch versions in the findings data from these tables",
+    )
     from conformance.versions import crossversion, publish
 
     crossversion.add_arguments(
@@ -59,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "crossversion":
         return crossversion.crossversion(args)
     if args.command == "history":
-        return _history(args.results, args.output, args.index, args.findings)
+        return _history(args.results, args.output, args.index, args.findings, args.update_findings)
     try:
         environment, cells = read_results(args.results)
     except (OSError, ValueError, KeyError) as exc:
@@ -96,9 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _history(paths: list[Path], output: Path, index: Path, findings_path: Path | None) -> int:
-    from conformance.findings import load_findings
-    from conformance.report.history import Published, histories
+def _history(
+    paths: list[Path], output: Path, index: Path, findings_path: Path | None, update_findings: bool
+) -> int:
+    from conformance.findings import FINDINGS_PATH, load_findings
+    from conformance.report.history import Published, histories, update_finding_versions
     from conformance.report.history_page import render_history_markdown, render_index_html
 
     tables = []
@@ -115,6 +122,10 @@ def _history(paths: list[Path], output: Path, index: Path, findings_path: Path |
     output.write_text(render_history_markdown(series))
     index.write_text(render_index_html(tables, series, index))
     print(f"wrote {output} and {index}: {len(tables)} tables in {len(series)} series")
+    if update_findings:
+        target = findings_path or FINDINGS_PATH
+        target.write_text(update_finding_versions(target.read_text(), tables, findings))
+        print(f"updated the torch versions of each finding in {target}")
     return 0
 
 

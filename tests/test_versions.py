@@ -108,3 +108,16 @@ def test_publish_writes_the_table_of_this_python_and_compares_with_the_one_befor
     assert history.returncode == 0, history.stderr
     page = (tmp_path / "index.html").read_text()
     assert 'href="torch-' in page and "matrix.html" in page
+
+
+def test_a_finding_records_the_published_versions_it_was_seen_in(tmp_path: Path) -> None:
+    from conformance.findings import Finding
+    from conformance.report.history import update_finding_versions
+
+    finding = Finding("f", "t", "bug", "s", ("ddp-*",), torch=("2.4.0", "2.12.1"))
+    text = 'id = "f"\ntorch = ["2.4.0", "2.12.1"]\n'
+    tables = [
+        _table(tmp_path, "2.12.1", Outcome.PASS),  # published, not seen: dropped
+        _table(tmp_path, "2.13.0", Outcome.FAIL),  # seen
+    ]
+    assert update_finding_versions(text, tables, [finding]) == 'id = "f"\ntorch = ["2.4.0", "2.13.0"]\n'

@@ -147,3 +147,33 @@ def histories(tables: Sequence[Published], findings: Sequence[Finding]) -> list[
         steps = [(a.version, b.version, changed_cells(a, b)) for a, b in itertools.pairwise(series)]
         out.append(SeriesHistory(name, series, features, stable, steps, finding_versions(series, findings)))
     return out
+
+
+def seen_in(tables: Sequence[Published], findings: Sequence[Finding]) -> dict[str, set[str]]:
+    """finding id -> the versions of `tables` in which it explains a cell (any series)."""
+    out: dict[str, set[str]] = {f.id: set() for f in findings}
+    for table in tables:
+        for cell in table.cells:
+            if cell.outcome in FAILING:
+                for finding in explaining(cell, list(findings)):
+                    out[finding.id].add(table.version)
+    return out
+
+
+def update_finding_versions(text: str, tables: Sequence[Published], findings: Sequence[Finding]) -> str:
+    """findings.toml with each finding's `torch = [...]` set from the published tables: for a
+    version with a table, seen there or not; versions without one (a repro's run) kept."""
+    published = {t.version for t in tables}
+    seen = seen_in(tables, findings)
+    by_id = {f.id: f for f in findings}
+    out, current = [], None
+    for line in text.splitlines(keepends=True):
+        match = re.match(r'id = "([^"]+)"', line)
+        if match:
+            current = match.group(1)
+        if current in by_id and re.match(r"torch = \[", line):
+            kept = {v for v in by_id[current].torch if v not in published}
+            versions = sorted(kept | seen[current], key=version_key)
+            line = "torch = [" + ", ".join(f'"{v}"' for v in versions) + "]\n"
+        out.append(line)
+    return "".join(out)
