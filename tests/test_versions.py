@@ -64,9 +64,10 @@ def test_a_made_venv_is_reused_without_pip(tmp_path: Path) -> None:
     venv = TorchVenv("2.13.0", tmp_path)
     (venv.path / "bin").mkdir(parents=True)
     venv.python.symlink_to(sys.executable)
-    (venv.path / READY).write_text(json.dumps({"torch": "2.13.0+cpu"}))
+    held = {"torch": "2.13.0+cpu", "fsdp-checkpoint-conformance": "0.1.0"}
+    (venv.path / READY).write_text(json.dumps(held))
     said: list[str] = []
-    assert ensure(venv, say=said.append) == {"torch": "2.13.0+cpu"}
+    assert ensure(venv, ROOT, say=said.append) == held
     assert said == [f"venv {venv.path}: cached (torch 2.13.0+cpu)"]
 
 

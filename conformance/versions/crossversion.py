@@ -61,7 +61,7 @@ def crossversion(args: argparse.Namespace) -> int:
     for v in versions:
         venv = TorchVenv(v, args.venvs or default_root())
         try:
-            ensure(venv, say=say)
+            ensure(venv, CHECKOUT, say=say)
         except InstallError as exc:
             say(f"could not make the venv of torch {v}: {exc}")
             return 2

@@ -91,7 +91,7 @@ def publish(args: argparse.Namespace) -> int:
     if args.torch:
         venv = TorchVenv(args.torch, args.venvs or default_root())
         try:
-            ensure(venv, adapters=not args.no_adapters, say=say)
+            ensure(venv, CHECKOUT, adapters=not args.no_adapters, say=say)
         except InstallError as exc:
             say(f"could not make the venv of torch {args.torch}: {exc}")
             return 2

@@ -1,7 +1,8 @@
 """A cached virtual environment per torch version: made once, then reused by every run that asks
 for that version. torch first, pinned (an open range would pull another build), then what the
-suite needs, and the adapters' frameworks unless asked not to. The checkout itself is not
-installed: runs start in it, where conftest.py loads the plugin, with it on PYTHONPATH.
+suite needs, and the adapters' frameworks unless asked not to, then the suite from the checkout
+(editable, without dependencies) for its entry points, through which the adapters register.
+Runs start in the checkout with it first on PYTHONPATH: the code that runs is the checkout's.
 
 A version above a pip constraint of the machine (pip config's `constraint`) is installed with
 the constraint lifted for that venv's installs (`PIP_CONSTRAINT=/dev/null`, an empty
@@ -107,10 +108,16 @@ def _install(venv: TorchVenv, packages: list[str], say: Say) -> None:
         raise InstallError(f"pip install {' '.join(packages)} exited {code}:\n{tail}")
 
 
-def ensure(venv: TorchVenv, *, adapters: bool = True, say: Say = print) -> dict[str, str]:
-    """The venv of `venv.version`, made if it is not there yet; returns {package: version}."""
+SUITE = "fsdp-checkpoint-conformance"
+
+
+def ensure(venv: TorchVenv, checkout: Path, *, adapters: bool = True, say: Say = print) -> dict[str, str]:
+    """The venv of `venv.version`, made if it is not there yet; returns {package: version}.
+    The suite itself is installed from `checkout` without its dependencies (editable), for its
+    entry points: the adapters' strategies register through them. Runs put the checkout first
+    on PYTHONPATH, so the code that runs is always the checkout's."""
     held = venv.ready()
-    if held is not None and held.get("torch", "").split("+")[0] == venv.version:
+    if held is not None and held.get("torch", "").split("+")[0] == venv.version and SUITE in held:
         say(f"venv {venv.path}: cached (torch {held['torch']})")
         return held
     start = time.monotonic()
@@ -126,6 +133,7 @@ def ensure(venv: TorchVenv, *, adapters: bool = True, say: Say = print) -> dict[
         _install(venv, [f"torch=={venv.version}"], say)
     # torch pinned again, so that nothing installed after it moves it
     _install(venv, [*SUITE_PACKAGES, *(ADAPTER_PACKAGES if adapters else ()), f"torch=={venv.version}"], say)
+    _install(venv, ["--no-deps", "-e", str(checkout)], say)
     held = _installed(venv)
     (venv.path / READY).write_text(json.dumps(held, indent=1, sort_keys=True) + "\n")
     say(f"venv {venv.path}: torch {held.get('torch')} ready in {time.monotonic() - start:.0f} s")
