@@ -77,14 +77,19 @@ def crossversion(args: argparse.Namespace) -> int:
             out = args.out / f"torch-{x}-to-{y}" / "results.json"
             if _side(pythons[y], "load", "--saved", f"{tmp}/{x}", "--out", str(out)):
                 failed.append(f"load of {x} in {y}")
-    from conformance.report.crossversion import write_grid
+    from conformance.outcome import Outcome
+    from conformance.report.crossversion import read_pairs, write_grid
 
     written = write_grid(args.out)
     say(f"wrote {written}")
+    faults = [
+        c.id for cells in read_pairs(args.out).values() for c in cells if c.outcome is Outcome.HARNESS_ERROR
+    ]
+    if faults:
+        say(f"{len(faults)} harness-error (faults of the suite, no verdict): " + ", ".join(faults))
     if failed:
         say("these sides did not finish (a fault of the suite): " + ", ".join(failed))
-        return 1
-    return 0
+    return 1 if faults or failed else 0
 
 
 if __name__ == "__main__":
