@@ -54,25 +54,32 @@ def render_grid(by_pair: dict[tuple[str, str], list[CellResult]], findings: Sequ
         "",
         tabulate(body, headers=headers, tablefmt="github"),
         "",
-        "## Cells that did not pass",
-        "",
     ]
+    across, within = [], {}
     for (x, y), config in sorted(outcome, key=lambda k: (k[1], version_key(k[0][0]), version_key(k[0][1]))):
         cell = outcome[((x, y), config)]
         if cell.outcome is Outcome.PASS:
             continue
-        within = [
-            f"{v} -> {v}: {outcome[((v, v), config)].outcome.value}"
-            for v in dict.fromkeys((x, y))
-            if ((v, v), config) in outcome
-        ]
+        own = [outcome.get(((v, v), config)) for v in (x, y)]
         why = (
             "; ".join(f"{f.kind}: {f.title} [{f.id}]" for f in explaining(cell, list(findings)))
             or "not explained yet"
         )
+        if all(o is not None and o.outcome is cell.outcome for o in own):  # each version does it alone
+            within.setdefault(config, []).append((f"{x} -> {y}", cell, why))
+            continue
+        states = ", ".join(f"{v} -> {v}: {o.outcome.value}" for v, o in zip((x, y), own) if o is not None)
+        across.append(
+            f"- `{config}` saved by {x}, loaded by {y}: **{cell.outcome.value}** ({states}). {first_line(cell.detail)} ({why})"
+        )
+    lines += ["## Across versions: cells that differ from what each version does alone", ""]
+    lines += across or ["None."]
+    lines += ["", "## What each version does alone (the same outcome across versions)", ""]
+    for config, cells in sorted(within.items()):
+        _, first, why = cells[0]
+        pairs = ", ".join(p for p, _, _ in cells)
         lines.append(
-            f"- `{config}` saved by {x}, loaded by {y}: **{cell.outcome.value}** ({', '.join(within)}). "
-            f"{first_line(cell.detail)} — {why}"
+            f"- `{config}`: **{first.outcome.value}** in {pairs}. {first_line(first.detail)} ({why})"
         )
     return "\n".join(lines) + "\n"
 
