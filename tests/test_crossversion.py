@@ -72,3 +72,31 @@ def test_a_checkpoint_saved_and_loaded_by_this_torch_passes_and_a_changed_one_fa
     expected.write_bytes(pickle.dumps(encode(state)))
     _side("load", "--saved", str(tmp_path / "saved"), "--out", str(tmp_path / "changed.json"))
     assert _outcomes(tmp_path / "changed.json") == {cell: "fail"}
+
+
+def test_the_grid_sets_cross_version_breaks_apart_from_what_each_version_does_alone() -> None:
+    from conformance.outcome import CellResult, Outcome
+    from conformance.report.crossversion import render_grid
+
+    def cell(x: str, y: str, config: str, outcome: Outcome) -> CellResult:
+        return CellResult(
+            f"crossversion-{x}-to-{y}-{config}",
+            {"check": "crossversion"},
+            outcome,
+            f"{outcome.value} why",
+            0.0,
+        )
+
+    by_pair = {
+        (v1, v2): [cell(v1, v2, "a-w2", Outcome.FAIL), cell(v1, v2, "b-w2", Outcome.PASS)]
+        for v1, v2 in [("2.9.1", "2.9.1"), ("2.10.0", "2.10.0"), ("2.9.1", "2.10.0")]
+    }
+    by_pair[("2.10.0", "2.9.1")] = [
+        cell("2.10.0", "2.9.1", "a-w2", Outcome.FAIL),
+        cell("2.10.0", "2.9.1", "b-w2", Outcome.ERROR),
+    ]
+    page = render_grid(by_pair, [])
+    across = page.split("## Across versions")[1].split("## What each version does alone")[0]
+    alone = page.split("## What each version does alone")[1]
+    assert "`b-w2` saved by 2.10.0, loaded by 2.9.1: **error**" in across and "a-w2" not in across
+    assert "`a-w2`: **fail** in 2.9.1 -> 2.9.1, 2.9.1 -> 2.10.0, 2.10.0 -> 2.9.1, 2.10.0 -> 2.10.0" in alone
