@@ -33,6 +33,8 @@ CLASSES: dict[str, str] = {
     "documentation or its maintainers say",
     "deprecated API": "the cell calls an API that warns it is deprecated",
     "pitfall": "a cell that shows on purpose what happens when an API is used against its documentation",
+    "not promised": "a behaviour no documentation promises either way (an older torch reading a newer "
+    "torch's files): reported as what happens, never as a bug",
 }
 
 
@@ -50,6 +52,9 @@ class Finding:
     upstream_status: str = ""  # e.g. "open", "fixed after 2.13.0", "not found (likely new)"
     repro: str = ""  # a script's path relative to the repository root (bugs)
     frameworks: tuple[str, ...] = ()  # what the repro needs besides torch
+    # a bug across versions: its script runs `save DIR` under the first torch, `load DIR` under
+    # the second (each version's venv: python -m conformance publish --torch V --install-only)
+    repro_pair: tuple[str, ...] = ()
     _pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     def explains(self, cell: CellResult) -> bool:

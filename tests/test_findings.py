@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,13 +36,46 @@ def test_each_bug_still_reproduces_without_the_suite(finding) -> None:  # type: 
     missing = [name for name in finding.frameworks if importlib.util.find_spec(name) is None]
     if missing:
         pytest.skip(f"{finding.repro} needs {missing}")
-    proc = subprocess.run(
-        [sys.executable, finding.repro], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    if finding.repro_pair:
+        proc = _across_versions(finding, ROOT)
+    else:
+        proc = subprocess.run(
+            [sys.executable, finding.repro], cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
     out = proc.stdout + proc.stderr
     if proc.returncode == 0:
         pytest.fail(f"{finding.id} no longer reproduces on this torch: update reports/findings.toml\n{out}")
     assert proc.returncode == 1 and "BUG PRESENT" in out, out  # 2: the script itself failed
+
+
+def _across_versions(finding, root: Path) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    """A cross-version bug's script: save under the pair's first torch, load under the second,
+    each in its cached venv; a skip naming them where they are not made."""
+    from conformance.versions.venv import TorchVenv, default_root
+
+    venvs = [TorchVenv(v, default_root()) for v in finding.repro_pair]
+    absent = [v.version for v in venvs if not v.python.exists()]
+    if absent:
+        pytest.skip(
+            f"{finding.repro} saves with torch {finding.repro_pair[0]} and loads with {finding.repro_pair[1]}: "
+            f"no venv of {absent} under {default_root()} (python -m conformance publish --torch V --install-only)"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = subprocess.run(
+            [str(venvs[0].python), finding.repro, "save", tmp],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert saved.returncode == 0, saved.stdout + saved.stderr
+        return subprocess.run(
+            [str(venvs[1].python), finding.repro, "load", tmp],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
 
 def _cell(cell_id: str, outcome: Outcome, detail: str) -> CellResult:
