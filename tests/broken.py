@@ -515,20 +515,3 @@ class StagesAfterTheStep:
 def stages_after_the_step(case: Case) -> object:
     """The built-in strategy of the cell with its storage staging too late."""
     return dataclasses.replace(builtin_strategy(case), storage=StagesAfterTheStep())
-
-
-class LeavesUnreadableState(Delegating):
-    """The load returns, having left a model whose state cannot be read (what a DTensor
-    unpickled from another torch version does: its spec lacks a field every redistribute
-    needs, so full_tensor() raises)."""
-
-    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
-        self.base.load(state, path, ctx)
-
-        def unreadable(*args: object, **kwargs: object) -> dict:
-            raise ValueError("use_strided_shard_as_shard_order should be initialized")
-
-        state.model.named_parameters = unreadable
-
-
-leaves_unreadable_state = _factory(LeavesUnreadableState, "leaves_unreadable_state")

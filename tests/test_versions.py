@@ -122,3 +122,12 @@ def test_a_finding_records_the_published_versions_it_was_seen_in(tmp_path: Path)
         _table(tmp_path, "2.13.0", Outcome.FAIL),  # seen
     ]
     assert update_finding_versions(text, tables, [finding]) == 'id = "f"\ntorch = ["2.4.0", "2.13.0"]\n'
+
+
+def test_a_finding_whose_cells_no_table_has_keeps_its_versions(tmp_path: Path) -> None:
+    from conformance.findings import Finding
+    from conformance.report.history import update_finding_versions
+
+    finding = Finding("g", "t", "bug", "s", ("crossversion-*",), torch=("2.14.1", "2.15.0"))
+    text = 'id = "g"\ntorch = ["2.14.1", "2.15.0"]\n'
+    assert update_finding_versions(text, [_table(tmp_path, "2.15.0", Outcome.FAIL)], [finding]) == text

@@ -7,6 +7,7 @@ Tables are compared within a series: the same hardware, backend and matrix profi
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import re
 from collections import defaultdict
@@ -160,19 +161,26 @@ def seen_in(tables: Sequence[Published], findings: Sequence[Finding]) -> dict[st
     return out
 
 
+def covers(table: Published, finding: Finding) -> bool:
+    """Whether the table has a cell of the finding's patterns at all (whatever its outcome):
+    only such a table can say the finding was not seen in its version."""
+    return any(fnmatch.fnmatch(c.id, p) for c in table.cells for p in finding.cells)
+
+
 def update_finding_versions(text: str, tables: Sequence[Published], findings: Sequence[Finding]) -> str:
     """findings.toml with each finding's `torch = [...]` set from the published tables: for a
-    version with a table, seen there or not; versions without one (a repro's run) kept."""
-    published = {t.version for t in tables}
+    version with a table that has the finding's cells, seen there or not; other versions (a
+    repro's run, cells published elsewhere such as the cross-version grid) kept."""
     seen = seen_in(tables, findings)
     by_id = {f.id: f for f in findings}
+    judged = {f.id: {t.version for t in tables if covers(t, f)} for f in findings}
     out, current = [], None
     for line in text.splitlines(keepends=True):
         match = re.match(r'id = "([^"]+)"', line)
         if match:
             current = match.group(1)
         if current in by_id and re.match(r"torch = \[", line):
-            kept = {v for v in by_id[current].torch if v not in published}
+            kept = {v for v in by_id[current].torch if v not in judged[current]}
             versions = sorted(kept | seen[current], key=version_key)
             line = "torch = [" + ", ".join(f'"{v}"' for v in versions) + "]\n"
         out.append(line)
