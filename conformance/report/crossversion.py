@@ -65,6 +65,8 @@ def render_grid(by_pair: dict[tuple[str, str], list[CellResult]], findings: Sequ
             "; ".join(f"{f.kind}: {f.title} [{f.id}]" for f in explaining(cell, list(findings)))
             or "not explained yet"
         )
+        if cell.outcome is Outcome.HARNESS_ERROR:
+            why = "a harness-error: the suite's own code raised, no verdict on the load"
         if all(o is not None and o.outcome is cell.outcome for o in own):  # each version does it alone
             within.setdefault(config, []).append((f"{x} -> {y}", cell, why))
             continue
