@@ -134,14 +134,20 @@ def execute(phases: Phases, transfer: Transfer, under: Under) -> Verdict:
         if refusal and exc.raised_by(*LOADING_CALLS) and not problems:
             return Outcome.PASS, f"refused, as it must ({refusal}):\n{exc.detail}"
         return exc.outcome, exc.detail
-    rank0 = loaded[0]
-    problems += [p for value in loaded for p in value["problems"]]
-    failures = problems + rank0["failures"]
     where = f"saved by {save.config} in {save.world_size} ranks, loaded by {load.config} in {load.world_size}"
+    note = f" (declared unable to load: {refusal}; it loaded every value right)" if refusal else ""
+    return load_verdict(problems, loaded, where, note)
+
+
+def load_verdict(problems: list[str], loaded: list[dict[str, Any]], where: str, note: str = "") -> Verdict:
+    """The verdict of a load phase that ended ok: a fail with every difference (the save's
+    `problems`, each rank's, rank 0's comparison), else a pass that says what was compared."""
+    rank0 = loaded[0]
+    problems = problems + [p for value in loaded for p in value["problems"]]
+    failures = problems + rank0["failures"]
     if failures:
         total = len(problems) + rank0["failure_count"]
         return Outcome.FAIL, f"{total} differences, {where}:\n" + "\n".join(failures)
-    note = f" (declared unable to load: {refusal}; it loaded every value right)" if refusal else ""
     return Outcome.PASS, (
         f"bitwise equal, {where}: {rank0['tensors']} tensors ({rank0['elements']} elements) "
         f"by original parameter name{note}"

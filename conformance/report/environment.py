@@ -46,9 +46,8 @@ def environment(
     nccl = None
     if cuda and torch.distributed.is_nccl_available():
         nccl = ".".join(map(str, torch.cuda.nccl.version()))
-    hardware = (
-        "cuda" if backend in ("nccl", "auto") and cuda else "cpu"
-    )  # auto: nccl cells, gloo beyond the GPUs
+    # auto: nccl for the cells the GPUs hold, gloo beyond them
+    hardware = "cuda" if backend in ("nccl", "auto") and cuda else "cpu"
     device = torch.cuda.get_device_name(0) if hardware == "cuda" else "cpu"
     device_count = torch.cuda.device_count() if hardware == "cuda" else 1
     variant = {

@@ -111,15 +111,21 @@ def changed_cells(old: Published, new: Published) -> Table:
     return ["cell", old.version, new.version, "why (first line of the detail)"], body
 
 
-def finding_versions(tables: Sequence[Published], findings: Sequence[Finding]) -> Table:
-    """Each finding against each version: how many of the version's cells it explains."""
-    versions = [t.version for t in tables]
+def explained_counts(tables: Sequence[Published], findings: Sequence[Finding]) -> dict[str, list[int]]:
+    """finding id -> how many cells of each table it explains, in the tables' order."""
     counts: dict[str, list[int]] = {f.id: [0] * len(tables) for f in findings}
     for i, table in enumerate(tables):
         for cell in table.cells:
             if cell.outcome in FAILING:
                 for finding in explaining(cell, list(findings)):
                     counts[finding.id][i] += 1
+    return counts
+
+
+def finding_versions(tables: Sequence[Published], findings: Sequence[Finding]) -> Table:
+    """Each finding against each version: how many of the version's cells it explains."""
+    versions = [t.version for t in tables]
+    counts = explained_counts(tables, findings)
     body = [
         [
             fid,
@@ -152,13 +158,8 @@ def histories(tables: Sequence[Published], findings: Sequence[Finding]) -> list[
 
 def seen_in(tables: Sequence[Published], findings: Sequence[Finding]) -> dict[str, set[str]]:
     """finding id -> the versions of `tables` in which it explains a cell (any series)."""
-    out: dict[str, set[str]] = {f.id: set() for f in findings}
-    for table in tables:
-        for cell in table.cells:
-            if cell.outcome in FAILING:
-                for finding in explaining(cell, list(findings)):
-                    out[finding.id].add(table.version)
-    return out
+    counts = explained_counts(tables, findings)
+    return {fid: {t.version for t, n in zip(tables, row) if n} for fid, row in counts.items()}
 
 
 def covers(table: Published, finding: Finding) -> bool:

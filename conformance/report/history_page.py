@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import os
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from tabulate import tabulate
 
 from conformance.report.history import Published, SeriesHistory
 from conformance.report.tables import SUPPORT_WORDS, Table
+from conformance.report.write import outcome_summary
 
 INTRO = (
     "Per strategy row and feature, the versions where it holds, in the words of the feature "
@@ -20,11 +20,6 @@ INTRO = (
     "that differ between versions are listed; then every cell that changed between consecutive "
     "versions, and the versions each finding was seen in (the number of cells it explains)."
 )
-
-
-def _counts(table: Published) -> str:
-    counts = Counter(c.outcome.value for c in table.cells)
-    return ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
 
 
 def _md(table: Table) -> str:
@@ -38,7 +33,8 @@ def render_history_markdown(series: Sequence[SeriesHistory]) -> str:
         versions = ", ".join(t.version for t in s.tables)
         lines += [f"## {s.name}: torch {versions}", ""]
         lines += [
-            f"- torch {t.version} ({t.environment.get('torch')}): {_counts(t)}; `{t.path}`" for t in s.tables
+            f"- torch {t.version} ({t.environment.get('torch')}): {outcome_summary(t.cells)}; `{t.path}`"
+            for t in s.tables
         ]
         lines += ["", f"### Features that differ ({s.stable} entries are the same in every version)", ""]
         lines += [_md(s.features), ""]
@@ -92,7 +88,7 @@ def render_index_html(tables: Sequence[Published], series: Sequence[SeriesHistor
             rows.append(
                 f"<tr><td>{html.escape(t.version)}</td><td>{html.escape(s.name)}</td>"
                 f"<td>{html.escape(str(t.environment.get('time_utc', '')))}</td>"
-                f"<td>{html.escape(_counts(t))}</td><td>{links}</td></tr>"
+                f"<td>{html.escape(outcome_summary(t.cells))}</td><td>{links}</td></tr>"
             )
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",

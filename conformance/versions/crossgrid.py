@@ -25,7 +25,7 @@ import torch
 
 from conformance.case import Case
 from conformance.check.phases import PhaseError, Phases
-from conformance.check.transfer import LoadSpec, SaveSpec, load_phase, save_phase
+from conformance.check.transfer import LoadSpec, SaveSpec, load_phase, load_verdict, save_phase
 from conformance.outcome import CellResult, Outcome
 from conformance.runner import RANK_PRELOAD, case_seed
 from conformance.strategy.under_test import LOADING_CALLS
@@ -128,18 +128,10 @@ def load_one(pool: WorldPool, case: Case, where: Path, saved_by: str) -> tuple[O
         blame = "the load raised" if exc.raised_by(*LOADING_CALLS) else "the load phase ended"
         last = next((line.strip() for line in reversed(exc.detail.splitlines()) if line.strip()), "")
         return exc.outcome, f"{blame} in torch {version()} (saved by torch {saved_by}): {last}\n{exc.detail}"
-    problems = status.get("problems", []) + [p for value in loaded for p in value["problems"]]
-    failures = problems + loaded[0]["failures"]
     where_text = (
         f"saved by torch {saved_by}, loaded by torch {version()}, {case.config} in {case.world_size} ranks"
     )
-    if failures:
-        total = len(problems) + loaded[0]["failure_count"]
-        return Outcome.FAIL, f"{total} differences, {where_text}:\n" + "\n".join(failures)
-    return (
-        Outcome.PASS,
-        f"bitwise equal, {where_text}: {loaded[0]['tensors']} tensors ({loaded[0]['elements']} elements)",
-    )
+    return load_verdict(status.get("problems", []), loaded, where_text)
 
 
 def load_all(saved: Path, out: Path) -> list[CellResult]:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from conformance.report.history import version_key
-from conformance.versions.publish import CHECKOUT, say
+from conformance.versions.publish import CHECKOUT, checkout_env, say
 from conformance.versions.venv import InstallError, TorchVenv, default_root, ensure
 
 
@@ -43,13 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _side(python: Path, *args: str) -> int:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")])),
-    }
     cmd = [str(python), "-m", "conformance.versions.crossgrid", *args]
     say("$ " + " ".join(cmd))
-    return subprocess.run(cmd, cwd=CHECKOUT, env=env).returncode
+    return subprocess.run(cmd, cwd=CHECKOUT, env=checkout_env()).returncode
 
 
 def crossversion(args: argparse.Namespace) -> int:

@@ -23,6 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.outcome import CellResult, Outcome
+from conformance.report.results import read_results
+from conformance.report.write import outcome_summary
 from conformance.versions.venv import InstallError, TorchVenv, default_root, ensure
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -109,15 +112,20 @@ def publish(args: argparse.Namespace) -> int:
         if not (out / "results.json").exists():
             say(f"pytest exited {code} and wrote no results.json")
             return 1
-        _compare(previous, out / "results.json")
-    counts = _counts(out / "results.json")
-    say(f"published {out}: " + ", ".join(f"{n} {o}" for o, n in sorted(counts.items())))
-    if counts.get("harness-error"):
-        say(
-            f"{counts['harness-error']} harness-error: faults of the suite, listed first in {out / 'matrix.md'}"
-        )
+        cells = _compare(previous, out / "results.json")
+    faults = sum(c.outcome is Outcome.HARNESS_ERROR for c in cells)
+    say(f"published {out}: {outcome_summary(cells)}")
+    if faults:
+        say(f"{faults} harness-error: faults of the suite, listed first in {out / 'matrix.md'}")
         return 1
     return 0
+
+
+def checkout_env() -> dict[str, str]:
+    """The environment of a run in another venv: this checkout first on PYTHONPATH, so the code
+    that runs is the checkout's whatever the venv holds."""
+    path = os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
 
 
 def _run(python: Path, out: Path, args: argparse.Namespace) -> int:
@@ -126,40 +134,30 @@ def _run(python: Path, out: Path, args: argparse.Namespace) -> int:
     if args.workers not in ("0", ""):
         cmd += ["-n", args.workers]
     cmd += list(args.pytest_args)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")])),
-    }
     say("$ " + " ".join(cmd))
     start = time.monotonic()
-    code = subprocess.run(cmd, cwd=CHECKOUT, env=env).returncode
+    code = subprocess.run(cmd, cwd=CHECKOUT, env=checkout_env()).returncode
     say(f"pytest exited {code} after {time.monotonic() - start:.0f} s")
     return code
 
 
-def _counts(path: Path) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for cell in json.loads(path.read_text())["cells"]:
-        counts[cell["outcome"]] = counts.get(cell["outcome"], 0) + 1
-    return counts
-
-
-def _compare(previous: Path, new: Path) -> None:
-    """The published table before this run against the new one, as `conformance diff` shows it."""
-    if not previous.exists():
-        return
+def _compare(previous: Path, new: Path) -> list[CellResult]:
+    """The new table's cells; the published table before this run compared with them, as
+    `conformance diff` shows it."""
     from conformance.report.diff import diff_runs
-    from conformance.report.results import read_results
 
+    _, new_cells = read_results(new)
+    if not previous.exists():
+        return new_cells
     try:
         _, old_cells = read_results(previous)
     except (OSError, ValueError, KeyError) as exc:
         say(f"the table there before could not be read ({exc}); not compared")
-        return
-    _, new_cells = read_results(new)
+        return new_cells
     d = diff_runs(old_cells, new_cells)
     say(
         f"against the table there before: {len(d.added)} added, {len(d.removed)} removed, "
         f"{len(d.improved)} improved, {len(d.regressed)} regressed, {len(d.changed)} changed "
         f"(python -m conformance diff OLD {new} for each cell)"
     )
+    return new_cells
