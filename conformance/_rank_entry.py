@@ -1,4 +1,5 @@
-"""Entry of a rank process: `python -m conformance._rank_entry PARENT_PID RANK SIZE ...`.
+"""Entry of a rank process, `python -m conformance._rank_entry PARENT_PID RANK SIZE ...`, or of
+the template process that forks them (conformance.world.template), `... PARENT_PID --template`.
 
 Outside the `conformance.world` package on purpose: importing that package imports torch
 (seconds), and the rank must ask to die with its parent before anything slow happens, or a
@@ -25,6 +26,11 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
 
 if __name__ == "__main__":
     die_with_parent(int(sys.argv[1]))
-    from conformance.world.rank import main
+    if sys.argv[2] == "--template":  # PARENT_PID --template FD MODULE...: forks ranks on request
+        from conformance.world.template import serve
 
-    main(sys.argv[2:])
+        serve(int(sys.argv[3]), sys.argv[4:])
+    else:
+        from conformance.world.rank import main
+
+        main(sys.argv[2:])

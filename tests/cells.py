@@ -118,3 +118,11 @@ def load_dtensor(ctx: RankContext, directory: str) -> list[float]:
     dist.new_group(list(range(ctx.world_size)))
     tensor = torch.load(f"{directory}/rank{ctx.rank}.pt", weights_only=False)
     return tensor.full_tensor().tolist()
+
+
+def environment(ctx: RankContext, name: str) -> dict[str, Any]:
+    """What a rank sees of the world's process: an environment variable, its import path."""
+    import os
+    import sys
+
+    return {"value": os.environ.get(name), "path": list(sys.path), "pid": os.getpid()}

@@ -143,8 +143,10 @@ def rank_pids_of(ancestor: int) -> list[int]:
     return ranks
 
 
-@pytest.mark.parametrize("workers", ["-n0", "-n2"])
-@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGKILL"])
+@pytest.mark.parametrize(
+    ("signal_name", "workers"),
+    [(s, w) for s in ("SIGINT", "SIGKILL") for w in ("-n0", "-n2")] + [("SIGKILL", "--fresh-worlds")],
+)
 def test_interrupted_run_leaves_no_rank_behind(tmp_path: Path, signal_name: str, workers: str) -> None:
     import os
     import signal

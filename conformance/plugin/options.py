@@ -47,8 +47,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--fresh-worlds",
         action="store_true",
-        help="run every cell (every phase of a check) in a world of its own instead of warm worlds: "
-        "slower; outcomes must be the same either way",
+        help="run every cell (every phase of a check) in a world of its own instead of warm worlds, "
+        "its ranks forked from a process that has only imported torch: slower; outcomes must be "
+        "the same either way",
     )
 
 

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from conformance.world.launcher import ForkLauncher, Launcher, SpawnLauncher
 from conformance.world.rank import CellFn
 from conformance.world.world import CellRun, World, WorldStartError
 
@@ -41,7 +42,10 @@ class CellPool(Protocol):
 
 class WorldPool:
     """fresh: every run (every cell, every phase of a check) in a world of its own, closed
-    after it (`--fresh-worlds`): slower, and the reference a warm world must agree with."""
+    after it (`--fresh-worlds`): the reference a warm world must agree with. Its ranks are
+    forked from a template process that has imported torch and done nothing else
+    (conformance.world.template), so a fresh world starts in a fraction of a second; a warm
+    world's ranks are spawned, each importing torch itself, as they always were."""
 
     def __init__(
         self,
@@ -50,11 +54,20 @@ class WorldPool:
         start_timeout_s: float = 120.0,
         fresh: bool = False,
         preload: tuple[str, ...] = (),
+        launcher: Launcher | None = None,
     ) -> None:
+        """launcher: how ranks start; by default forked when fresh, spawned otherwise."""
         self.root = Path(tempfile.mkdtemp(prefix="conformance-worlds-", dir=root))
         self.start_timeout_s = start_timeout_s
         self.fresh = fresh
         self.preload = preload  # modules each rank imports once at start (World)
+        if launcher is None:
+            launcher = (
+                ForkLauncher(self.root, preload, start_timeout_s=start_timeout_s)
+                if fresh
+                else SpawnLauncher()
+            )
+        self.launcher = launcher
         self._worlds: dict[tuple[str, int, str], World] = {}
         self.started = 0  # worlds started, restarts after a crash included
 
@@ -64,7 +77,12 @@ class WorldPool:
         if world is None or not world.alive:
             self.started += 1
             world = World(
-                backend, size, self.root, start_timeout_s=self.start_timeout_s, preload=self.preload
+                backend,
+                size,
+                self.root,
+                start_timeout_s=self.start_timeout_s,
+                preload=self.preload,
+                launcher=self.launcher,
             ).start()
             self._worlds[key] = world
         return world
@@ -103,6 +121,7 @@ class WorldPool:
         for world in self._worlds.values():
             world.close()
         self._worlds.clear()
+        self.launcher.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> WorldPool:

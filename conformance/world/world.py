@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from conformance.world.attribution import error_status
+from conformance.world.launcher import Launcher, RankArgs, RankProcess, SpawnLauncher
 from conformance.world.rank import CellFn, CellMessage, RankReply
+from conformance.world.template import LaunchError
 
 LOG_TAIL_CHARS = 4000
 
@@ -96,16 +98,19 @@ class World:
         start_timeout_s: float = 120.0,
         error_grace_s: float = 1.0,
         preload: tuple[str, ...] = (),
+        launcher: Launcher | None = None,
     ) -> None:
         """preload: modules every rank imports once, after its process group is up and before
-        it is ready (the cells' usual imports: a cell then starts without them)."""
+        it is ready (the cells' usual imports: a cell then starts without them). launcher: how
+        the ranks start (conformance.world.launcher); spawned by default."""
         self.backend = backend
+        self.launcher: Launcher = launcher or SpawnLauncher()
         self.preload = preload
         self.size = size
         self.start_timeout_s = start_timeout_s
         self.error_grace_s = error_grace_s
         self.dir = Path(tempfile.mkdtemp(prefix=f"world-{backend}-w{size}-", dir=root))
-        self._procs: list[subprocess.Popen[bytes]] = []
+        self._procs: list[RankProcess] = []
         self._conns: list[Connection] = []
         self._cells = 0
         self._fresh_group = False
@@ -120,17 +125,14 @@ class World:
         try:
             for rank in range(self.size):
                 ours, theirs = socket.socketpair()
-                with open(self.log_path(rank), "ab") as log:
-                    proc = subprocess.Popen(
-                        [sys.executable, "-u", "-m", "conformance._rank_entry", str(os.getpid()), str(rank), str(self.size),
-                         self.backend, str(store), str(theirs.fileno()), str(pg_timeout_s)],
-                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                        pass_fds=(theirs.fileno(),), start_new_session=True,
-                        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
-                    )  # fmt: skip
-                theirs.close()
+                args = RankArgs(rank, self.size, self.backend, store, self.log_path(rank), pg_timeout_s)
+                try:
+                    self._procs.append(self.launcher.start(args, Connection(theirs.detach())))
+                except LaunchError as exc:
+                    raise WorldStartError(
+                        f"rank {rank} of the {self.backend} world could not start: {exc}"
+                    ) from None
                 conn = Connection(ours.detach())
-                self._procs.append(proc)
                 self._conns.append(conn)
                 conn.send((list(sys.path), list(self.preload)))
             self._await_ready()
