@@ -495,9 +495,9 @@ class StagesAfterTheStep:
     def save(self, state: dict, path: Path, ctx: RankContext) -> None:
         import torch.distributed.checkpoint as dcp
 
-        from conformance.strategy.storage.dcp_async import _tensors
+        from conformance.strategy.storage.dcp_async import tensors_in
 
-        live = _tensors(state)
+        live = tensors_in(state)
         with torch.no_grad():
             kept = [t.clone() for t in live]
             for tensor in live:

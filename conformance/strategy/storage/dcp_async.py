@@ -18,14 +18,14 @@ from conformance.strategy.storage.dcp import DcpDirectory
 from conformance.world import RankContext
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
+def tensors_in(value: Any) -> list[torch.Tensor]:
     """Every floating-point tensor in a nested state dict (what a training step changes)."""
     if isinstance(value, torch.Tensor):
         return [value] if torch.is_floating_point(value) else []
     if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
+        return [t for v in value.values() for t in tensors_in(v)]
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
+        return [t for v in value for t in tensors_in(v)]
     return []
 
 
@@ -44,7 +44,7 @@ class DcpAsync(DcpDirectory):
         if not self.busy:
             future.result()
             return
-        live = _tensors(state)
+        live = tensors_in(state)
         with torch.no_grad():
             kept = [t.clone() for t in live]
             for tensor in live:  # the step the training loop takes while the checkpoint uploads
