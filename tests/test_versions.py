@@ -8,10 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conformance.outcome import CellResult, Outcome
 from conformance.report.history import Published, changed_cells, feature_history, phrase, series_of
 from conformance.versions.publish import Interpreter, report_dir
-from conformance.versions.venv import READY, TorchVenv, ensure
+from conformance.versions.venv import READY, SUITE, TorchVenv, ensure, installed, registered_strategies
 
 ROOT = Path(__file__).resolve().parent.parent
 CELL = "roundtrip and ddp-sd_full-torch_save-adamw-mlp-w2"
@@ -60,15 +62,48 @@ def test_report_dirs_name_version_hardware_backend_and_profile(tmp_path: Path) -
     assert report_dir(tmp_path, gpu, "nccl", "default") == tmp_path / "torch-2.11.0-cuda-nccl"
 
 
-def test_a_made_venv_is_reused_without_pip(tmp_path: Path) -> None:
-    venv = TorchVenv("2.13.0", tmp_path)
+def _view_of_this_venv(venv: TorchVenv) -> None:
+    """`venv` made a view of the venv running the tests: its python, config and packages."""
     (venv.path / "bin").mkdir(parents=True)
     venv.python.symlink_to(sys.executable)
+    (venv.path / "pyvenv.cfg").write_text((Path(sys.prefix) / "pyvenv.cfg").read_text())
+    (venv.path / "lib").symlink_to(Path(sys.prefix) / "lib")
+
+
+def test_a_made_venv_is_reused_without_pip(tmp_path: Path) -> None:
+    venv = TorchVenv("2.13.0", tmp_path)
+    _view_of_this_venv(venv)
     held = {"torch": "2.13.0+cpu", "fsdp-checkpoint-conformance": "0.1.0"}
     (venv.path / READY).write_text(json.dumps(held))
     said: list[str] = []
     assert ensure(venv, ROOT, say=said.append) == held
     assert said == [f"venv {venv.path}: cached (torch 2.13.0+cpu)"]
+
+
+def test_what_a_venv_holds_is_asked_of_the_venv_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkout's egg-info on the path (the working directory, PYTHONPATH) once made a venv
+    without the suite look complete, and its tables came out without the adapters' rows."""
+    bare = TorchVenv("2.13.0", tmp_path / "venvs")
+    (bare.path / "bin").mkdir(parents=True)
+    bare.python.symlink_to(
+        Path(sys.base_prefix) / "bin" / Path(sys.executable).name
+    )  # no site-packages of ours
+    checkout = tmp_path / "checkout"
+    info = checkout / "fsdp_checkpoint_conformance.egg-info"
+    info.mkdir(parents=True)
+    (info / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {SUITE}\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[conformance.strategies]\nx = conformance.adapters.lightning:FABRIC_FSDP\n"
+    )
+    monkeypatch.chdir(checkout)
+    monkeypatch.setenv("PYTHONPATH", str(checkout))
+    assert SUITE not in installed(bare)
+    assert registered_strategies(bare) == []
+    view = TorchVenv("2.13.0", tmp_path / "view")
+    _view_of_this_venv(view)
+    assert SUITE in installed(view) and "lightning_fsdp" in registered_strategies(view)
 
 
 def _publish(reports: Path) -> subprocess.CompletedProcess[str]:

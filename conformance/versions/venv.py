@@ -19,6 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from conformance.strategy.registry import ENTRY_POINT_GROUP
 
 SUITE_PACKAGES = ("numpy", "pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "tabulate>=0.9")
 ADAPTER_PACKAGES = ("lightning>=2.4", "accelerate>=1.0", "safetensors")
@@ -82,13 +85,33 @@ def _pip(
     return _stream([str(venv.python), "-m", "pip", "install", "--progress-bar", "off", *args], say, env)
 
 
-def _installed(venv: TorchVenv) -> dict[str, str]:
-    code = (
-        "import importlib.metadata as m, json; "
-        "print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"
+def _ask(venv: TorchVenv, code: str) -> Any:
+    """What the venv's python prints (JSON) for `code`, in isolated mode (-I): neither
+    PYTHONPATH nor the working directory on its path, so that only the venv answers. A
+    checkout's own `*.egg-info` on the path once made a venv without the suite look complete."""
+    out = subprocess.run([str(venv.python), "-I", "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def installed(venv: TorchVenv) -> dict[str, str]:
+    return dict(
+        _ask(
+            venv,
+            "import importlib.metadata as m, json; "
+            "print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))",
+        )
     )
-    out = subprocess.run([str(venv.python), "-c", code], capture_output=True, text=True, check=True)
-    return dict(json.loads(out.stdout))
+
+
+def registered_strategies(venv: TorchVenv) -> list[str]:
+    """The strategies the venv registers through entry points (the adapters')."""
+    return list(
+        _ask(
+            venv,
+            "import importlib.metadata as m, json; "
+            f"print(json.dumps(sorted(e.name for e in m.entry_points(group={ENTRY_POINT_GROUP!r}))))",
+        )
+    )
 
 
 class InstallError(RuntimeError):
@@ -118,10 +141,12 @@ def ensure(venv: TorchVenv, checkout: Path, *, adapters: bool = True, say: Say =
     on PYTHONPATH, so the code that runs is always the checkout's."""
     held = venv.ready()
     if held is not None and held.get("torch", "").split("+")[0] == venv.version and SUITE in held:
-        say(f"venv {venv.path}: cached (torch {held['torch']})")
-        return held
+        if SUITE in installed(venv):
+            say(f"venv {venv.path}: cached (torch {held['torch']})")
+            return held
+        say(f"venv {venv.path}: its marker names the suite but the venv does not hold it; installing it")
     start = time.monotonic()
-    if venv.python.exists() and _installed(venv).get("torch", "").split("+")[0] == venv.version:
+    if venv.python.exists() and installed(venv).get("torch", "").split("+")[0] == venv.version:
         say(f"venv {venv.path}: torch {venv.version} there, completing what the suite needs")
     else:
         say(f"venv {venv.path}: making it for torch {venv.version}")
@@ -134,7 +159,12 @@ def ensure(venv: TorchVenv, checkout: Path, *, adapters: bool = True, say: Say =
     # torch pinned again, so that nothing installed after it moves it
     _install(venv, [*SUITE_PACKAGES, *(ADAPTER_PACKAGES if adapters else ()), f"torch=={venv.version}"], say)
     _install(venv, ["--no-deps", "-e", str(checkout)], say)
-    held = _installed(venv)
+    held = installed(venv)
+    if SUITE not in held or (adapters and not registered_strategies(venv)):
+        raise InstallError(
+            f"{venv.path}: after `pip install -e {checkout}` the venv does not hold the suite or "
+            "its adapters' entry points; a run there would publish a table without the adapters' rows"
+        )
     (venv.path / READY).write_text(json.dumps(held, indent=1, sort_keys=True) + "\n")
     say(f"venv {venv.path}: torch {held.get('torch')} ready in {time.monotonic() - start:.0f} s")
     return held
