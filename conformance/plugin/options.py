@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance._rank_entry import die_with_parent
 from conformance.baseline import load_baseline
 from conformance.case import API_KINDS
+from conformance.lifetime import die_with_parent
 from conformance.matrix import CHECKS
 from conformance.plugin.results import ResultCollector
 from conformance.plugin.shared import (

@@ -134,17 +134,28 @@ def _install(venv: TorchVenv, packages: list[str], say: Say) -> None:
 SUITE = "fsdp-checkpoint-conformance"
 
 
+def _missing(venv: TorchVenv, adapters: bool) -> str:
+    """What of the suite the venv itself lacks ("" when nothing): the suite's install, and with
+    `adapters` the entry points through which the adapters register."""
+    if SUITE not in installed(venv):
+        return "the venv does not hold the suite"
+    if adapters and not registered_strategies(venv):
+        return "the venv registers no adapter through entry points"
+    return ""
+
+
 def ensure(venv: TorchVenv, checkout: Path, *, adapters: bool = True, say: Say = print) -> dict[str, str]:
     """The venv of `venv.version`, made if it is not there yet; returns {package: version}.
     The suite itself is installed from `checkout` without its dependencies (editable), for its
     entry points: the adapters' strategies register through them. Runs put the checkout first
     on PYTHONPATH, so the code that runs is always the checkout's."""
     held = venv.ready()
-    if held is not None and held.get("torch", "").split("+")[0] == venv.version and SUITE in held:
-        if SUITE in installed(venv):
+    if held is not None and held.get("torch", "").split("+")[0] == venv.version:
+        missing = _missing(venv, adapters)
+        if not missing:
             say(f"venv {venv.path}: cached (torch {held['torch']})")
             return held
-        say(f"venv {venv.path}: its marker names the suite but the venv does not hold it; installing it")
+        say(f"venv {venv.path}: marked complete, but {missing}; installing it")
     start = time.monotonic()
     if venv.python.exists() and installed(venv).get("torch", "").split("+")[0] == venv.version:
         say(f"venv {venv.path}: torch {venv.version} there, completing what the suite needs")
@@ -159,12 +170,13 @@ def ensure(venv: TorchVenv, checkout: Path, *, adapters: bool = True, say: Say =
     # torch pinned again, so that nothing installed after it moves it
     _install(venv, [*SUITE_PACKAGES, *(ADAPTER_PACKAGES if adapters else ()), f"torch=={venv.version}"], say)
     _install(venv, ["--no-deps", "-e", str(checkout)], say)
-    held = installed(venv)
-    if SUITE not in held or (adapters and not registered_strategies(venv)):
+    missing = _missing(venv, adapters)
+    if missing:
         raise InstallError(
-            f"{venv.path}: after `pip install -e {checkout}` the venv does not hold the suite or "
-            "its adapters' entry points; a run there would publish a table without the adapters' rows"
+            f"{venv.path}: after `pip install -e {checkout}`, {missing}; a run there would publish "
+            "a table without the adapters' rows"
         )
+    held = installed(venv)
     (venv.path / READY).write_text(json.dumps(held, indent=1, sort_keys=True) + "\n")
     say(f"venv {venv.path}: torch {held.get('torch')} ready in {time.monotonic() - start:.0f} s")
     return held

@@ -41,8 +41,6 @@ class Launcher(Protocol):
     """Starts one rank; `conn` is the rank's end of its socket to the world (the launcher
     closes this process's copy)."""
 
-    name: str
-
     def start(self, args: RankArgs, conn: Connection) -> RankProcess: ...
 
     def close(self) -> None: ...
@@ -53,8 +51,6 @@ def _env() -> dict[str, str]:
 
 
 class SpawnLauncher:
-    name = "spawn"
-
     def start(self, args: RankArgs, conn: Connection) -> RankProcess:
         fd = conn.fileno()
         try:
@@ -76,8 +72,6 @@ class ForkLauncher:
     """Ranks forked from a template process (conformance.world.template) that this launcher
     starts on its first rank and keeps until `close`."""
 
-    name = "fork"
-
     def __init__(self, root: Path, preload: tuple[str, ...] = (), *, start_timeout_s: float = 120.0) -> None:
         """root: where the template's output goes (template.log)."""
         self.modules = template_modules(preload)
@@ -89,7 +83,7 @@ class ForkLauncher:
         try:
             if self._template is None or not self._template.alive():
                 self._template = Template.start(self.modules, _env(), self.log, self.start_timeout_s)
-            return self._template.fork(args, conn, _env(), list(sys.path))
+            return self._template.fork(args, conn, _env())
         finally:
             conn.close()
 

@@ -6,8 +6,8 @@ rank forked from it starts where a newly spawned rank stands after its imports, 
 of a second instead of the seconds `import torch` takes.
 
 The protocol, over a SOCK_SEQPACKET socket pair (one message each way per rank): the world
-sends the pickled (RankArgs, environment, import path) with the rank's socket as a passed file
-descriptor; the template answers with the child's pid and passes the read end of a pipe on
+sends the pickled (RankArgs, environment) with the rank's socket as a passed file descriptor
+(the import path comes over that socket, as to a spawned rank); the template answers with the child's pid and passes the read end of a pipe on
 which it writes the child's exit code when it reaps it (as subprocess reports it: negative
 for a signal).
 """
@@ -114,9 +114,9 @@ class Template:
     def alive(self) -> bool:
         return self._proc.poll() is None
 
-    def fork(self, args: RankArgs, conn: Connection, env: dict[str, str], paths: list[str]) -> ForkedRank:
+    def fork(self, args: RankArgs, conn: Connection, env: dict[str, str]) -> ForkedRank:
         try:
-            socket.send_fds(self._sock, [pickle.dumps((args, env, paths))], [conn.fileno()])
+            socket.send_fds(self._sock, [pickle.dumps((args, env))], [conn.fileno()])
             reply, fds, _, _ = socket.recv_fds(self._sock, _INT.size, 1)
         except OSError as exc:
             raise LaunchError(
@@ -158,6 +158,7 @@ def serve(control_fd: int, modules: list[str]) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the world's process owns interrupts
     children: dict[int, int] = {}  # pid -> write end of its status pipe
+    template_pid = os.getpid()
     control.send(b"ready")
     while True:
         readable, _, _ = select.select([control, wake_r], [], [])
@@ -179,7 +180,7 @@ def serve(control_fd: int, modules: list[str]) -> None:
                         os.close(fd)
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    _run_rank(pickle.loads(message), fds[0], os.getppid())
+                    _run_rank(pickle.loads(message), fds[0], template_pid)
                     code = 0
                 except BaseException:
                     traceback.print_exc()
@@ -208,14 +209,14 @@ def _reap(children: dict[int, int]) -> None:
             os.close(status_w)
 
 
-def _run_rank(request: tuple[RankArgs, dict[str, str], list[str]], fd: int, template_pid: int) -> None:
+def _run_rank(request: tuple[RankArgs, dict[str, str]], fd: int, template_pid: int) -> None:
     """A forked rank's first steps: a session of its own (the world kills its process group),
-    death with the template, output to its log file, the world's environment and import path;
-    then the rank's loop."""
-    from conformance._rank_entry import die_with_parent
+    death with the template (exit now if it is already gone), output to its log file, the
+    world's environment; then the rank's loop, which takes the world's import path first."""
+    from conformance.lifetime import die_with_parent
     from conformance.world.rank import rank_main
 
-    args, env, paths = request
+    args, env = request
     os.setsid()
     die_with_parent(template_pid)
     log = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -224,5 +225,4 @@ def _run_rank(request: tuple[RankArgs, dict[str, str], list[str]], fd: int, temp
     os.close(log)
     os.environ.clear()
     os.environ.update(env)
-    sys.path[:] = paths
     rank_main(args.rank, args.size, args.backend, str(args.store), Connection(fd), args.pg_timeout_s)
