@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -160,3 +162,47 @@ class ScheduleSpec:
 
 def is_generated_optimizer(name: str) -> bool:
     return bool(_OPTIM.match(name)) and "_lr" in name
+
+
+# -- hypothesis strategies of the above (hypothesis is imported only when drawn) --------------
+SMALL_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31)
+
+
+def model_specs(max_layers: int = 4, max_dim: int = 33) -> Any:
+    """Hypothesis strategy of ModelSpec; dimensions shrink towards 1 (below any world size)."""
+    from hypothesis import strategies as st
+
+    dim = st.one_of(st.integers(1, max_dim), st.sampled_from(SMALL_PRIMES))
+
+    @st.composite
+    def build(draw: Callable[..., Any]) -> ModelSpec:
+        layers = draw(st.integers(1, max_layers))
+        dims = [draw(dim) for _ in range(layers + 1)]
+        tied = layers >= 2 and draw(st.booleans())
+        if tied:
+            dims[-2], dims[-1] = dims[0], dims[1]
+            if layers == 2:
+                dims = [dims[0]] * 3
+        bias = tuple(draw(st.booleans()) for _ in range(layers))
+        wrapped = [draw(st.booleans()) for _ in range(layers)]
+        if tied:
+            wrapped[0] = wrapped[-1] = False
+        return ModelSpec(tuple(dims), bias, tuple(wrapped), tied)
+
+    return build()
+
+
+def schedules() -> Any:
+    """Hypothesis strategy of ScheduleSpec (hyperparameters from plain decimals)."""
+    from hypothesis import strategies as st
+
+    return st.builds(
+        ScheduleSpec,
+        kind=st.sampled_from(("sgd", "adam", "adamw")),
+        lr=st.sampled_from((0.01, 0.001, 0.03, 0.1)),
+        steps=st.integers(1, 4),
+        weight_decay=st.sampled_from((0.0, 0.01, 0.1)),
+        momentum=st.sampled_from((0.9, 0.5)),  # SGD without momentum holds no state to check
+        beta1=st.sampled_from((0.9, 0.8)),
+        scheduler=st.booleans(),
+    )

@@ -20,14 +20,13 @@ from typing import Any
 
 from conformance.case import Case, Transfer, repro_command
 from conformance.check.roundtrip import StrategyFactory
-from conformance.generated import ModelSpec, ScheduleSpec
+from conformance.generated import model_specs, schedules
 from conformance.outcome import FAILING, RERUN_NOTE, CellResult, Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.registry import Registry
 from conformance.strategy.storage import STORAGES
 
 Cell = Case | Transfer
-SMALL_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31)
 GENERATED = "generated"  # a property's model and optimizer axes
 
 
@@ -131,46 +130,6 @@ def properties(profile: str, registry: Registry | None = None) -> list[Property]
             groups.setdefault(key, []).append(cell)
     chosen = [Property(min(cells, key=_preference)) for cells in groups.values()]
     return sorted(chosen, key=lambda p: p.id)
-
-
-def model_specs(max_layers: int = 4, max_dim: int = 33) -> Any:
-    """Hypothesis strategy of ModelSpec; dimensions shrink towards 1 (below any world size)."""
-    from hypothesis import strategies as st
-
-    dim = st.one_of(st.integers(1, max_dim), st.sampled_from(SMALL_PRIMES))
-
-    @st.composite
-    def build(draw: Callable[..., Any]) -> ModelSpec:
-        layers = draw(st.integers(1, max_layers))
-        dims = [draw(dim) for _ in range(layers + 1)]
-        tied = layers >= 2 and draw(st.booleans())
-        if tied:
-            dims[-2], dims[-1] = dims[0], dims[1]
-            if layers == 2:
-                dims = [dims[0]] * 3
-        bias = tuple(draw(st.booleans()) for _ in range(layers))
-        wrapped = [draw(st.booleans()) for _ in range(layers)]
-        if tied:
-            wrapped[0] = wrapped[-1] = False
-        return ModelSpec(tuple(dims), bias, tuple(wrapped), tied)
-
-    return build()
-
-
-def schedules() -> Any:
-    """Hypothesis strategy of ScheduleSpec (hyperparameters from plain decimals)."""
-    from hypothesis import strategies as st
-
-    return st.builds(
-        ScheduleSpec,
-        kind=st.sampled_from(("sgd", "adam", "adamw")),
-        lr=st.sampled_from((0.01, 0.001, 0.03, 0.1)),
-        steps=st.integers(1, 4),
-        weight_decay=st.sampled_from((0.0, 0.01, 0.1)),
-        momentum=st.sampled_from((0.9, 0.5)),  # SGD without momentum holds no state to check
-        beta1=st.sampled_from((0.9, 0.8)),
-        scheduler=st.booleans(),
-    )
 
 
 class PropertyFailed(AssertionError):

@@ -60,6 +60,6 @@ def test_adapters_give_real_outcomes(tmp_path) -> None:  # type: ignore[no-untyp
 
 def test_the_adapters_declare_every_fixed_model_but_named_experts() -> None:
     from conformance.adapters import ADAPTER_MODELS
-    from conformance.training import MODELS
+    from conformance.models import MODELS
 
     assert set(ADAPTER_MODELS) == set(MODELS) - {"moe_named"}

@@ -116,8 +116,8 @@ def test_seed_recipes_are_rows_of_the_default_matrix() -> None:
 
 
 def test_expert_parallel_layout() -> None:
+    from conformance.models import build_model
     from conformance.strategy.wrappers import expert_ranks
-    from conformance.training import build_model
 
     assert expert_ranks(4, 2) == [[0, 2], [1, 3]]
     assert expert_ranks(2, 2) == [[0], [1]]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from conformance.models import build_model
 from conformance.strategy.state_apis import KnowsTheModel
-from conformance.training import build_model
 
 
 def _osd_by_index(step: bool) -> dict:

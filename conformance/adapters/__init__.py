@@ -6,7 +6,7 @@ point is to test that code, never to change it. Each is an optional extra: witho
 framework, its cells are skips that name it (`pip install -e '.[adapters]'` installs them).
 """
 
-from conformance.training import MODELS
+from conformance.models import MODELS
 
 # The models the adapters declare: every fixed model but moe_named (experts under names of their
 # own, DCP's advised layout). Its framework rows are not all explained yet: Fabric

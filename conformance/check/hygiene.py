@@ -29,10 +29,10 @@ from conformance.check.roundtrip import StrategyFactory, limit_lines
 from conformance.check.slices import MAIN_WRAPPERS, MODELS, Slice
 from conformance.check.snapshot import Snapshot
 from conformance.check.transfer import SaveSpec, save_phase
+from conformance.models import build_model
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.under_test import strategy_under_test
-from conformance.training import build_model
 from conformance.world import RankContext
 
 # the segments the harness strips from names, and Lightning's _forward_module. too

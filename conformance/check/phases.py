@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from conformance.outcome import Outcome
-from conformance.world import CellPool, CellRun
+from conformance.world import CellPool, CellRun, with_reruns
 from conformance.world.rank import CellFn
-from conformance.world.world import with_reruns
 
 STATUS_OUTCOMES = {
     "error": Outcome.ERROR,

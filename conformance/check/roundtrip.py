@@ -39,11 +39,12 @@ from conformance.check.slices import (
     Slice,
 )
 from conformance.check.snapshot import Snapshot, count_elements, full_state, local_state
+from conformance.models import build_model
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.protocol import Strategy, TrainState
 from conformance.strategy.under_test import strategy_under_test
-from conformance.training import build_model, build_optimizer, train, train_steps
+from conformance.training import build_optimizer, train, train_steps
 from conformance.world import RankContext
 from conformance.world.attribution import CheckVerdict
 

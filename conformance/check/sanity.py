@@ -16,8 +16,8 @@ from torch import nn
 from conformance.case import Case
 from conformance.check.compare import compare_tensors
 from conformance.check.snapshot import local_tensor
+from conformance.models import total_elements
 from conformance.strategy.wrappers import shard_group_size
-from conformance.training import total_elements
 from conformance.world import RankContext
 
 

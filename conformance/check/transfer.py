@@ -33,10 +33,11 @@ from conformance.check.roundtrip import (
 )
 from conformance.check.sanity import sharding_problems
 from conformance.check.snapshot import Snapshot, count_elements
+from conformance.models import build_model
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.under_test import LOADING_CALLS, strategy_under_test
-from conformance.training import build_model, train, train_steps
+from conformance.training import train, train_steps
 from conformance.world import RankContext
 
 Verdict = tuple[Outcome, str]

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from conformance.models import build_model
 from conformance.strategy.protocol import StateDict
 from conformance.strategy.wrappers import unwrap
-from conformance.training import build_model
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from conformance.training import has_idle_parameters
+from conformance.models import has_idle_parameters
 from conformance.world import RankContext
 
 HYBRID = ("hybrid_shard", "hybrid_shard_zero2", "hsdp")

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from conformance.world.attribution import error_status
+from conformance.world.cellrun import CellRun
 from conformance.world.rank import CellFn, execute_cell
-from conformance.world.world import CellRun
 
 GRACE_S = 30.0  # beyond the case timeout, how long ranks wait for each other's replies
 

@@ -16,9 +16,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from conformance.world.cellrun import CellRun
 from conformance.world.launcher import ForkLauncher, Launcher, SpawnLauncher
 from conformance.world.rank import CellFn
-from conformance.world.world import CellRun, World, WorldStartError
+from conformance.world.world import World, WorldStartError
 
 
 class CellPool(Protocol):

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conformance.world.attribution import error_status
+from conformance.world.cellrun import CellRun
 from conformance.world.rank import CellFn
-from conformance.world.world import CellRun
 
 if TYPE_CHECKING:
     import torch
