@@ -149,6 +149,7 @@ def ensure(venv: TorchVenv, checkout: Path, *, adapters: bool = True, say: Say =
     The suite itself is installed from `checkout` without its dependencies (editable), for its
     entry points: the adapters' strategies register through them. Runs put the checkout first
     on PYTHONPATH, so the code that runs is always the checkout's."""
+    start = time.monotonic()  # the whole of it: the check of a cached venv included
     held = venv.ready()
     if held is not None and held.get("torch", "").split("+")[0] == venv.version:
         missing = _missing(venv, adapters)
@@ -156,7 +157,6 @@ def ensure(venv: TorchVenv, checkout: Path, *, adapters: bool = True, say: Say =
             say(f"venv {venv.path}: cached (torch {held['torch']})")
             return held
         say(f"venv {venv.path}: marked complete, but {missing}; installing it")
-    start = time.monotonic()
     if venv.python.exists() and installed(venv).get("torch", "").split("+")[0] == venv.version:
         say(f"venv {venv.path}: torch {venv.version} there, completing what the suite needs")
     else:
