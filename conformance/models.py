@@ -2,7 +2,7 @@
 
 Each class says how it is wrapped (wrap_units), what a batch is and its loss; a generated
 model (conformance.generated, gen_...) answers the same. Weights are seeded, so every rank
-of a cell builds the same model.
+of a cell builds the same model (an expert-parallel one: the same weights, its rank's expert).
 """
 
 from __future__ import annotations

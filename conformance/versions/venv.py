@@ -134,10 +134,16 @@ def _install(venv: TorchVenv, packages: list[str], say: Say) -> None:
 SUITE = "fsdp-checkpoint-conformance"
 
 
-def _missing(venv: TorchVenv, adapters: bool) -> str:
-    """What of the suite the venv itself lacks ("" when nothing): the suite's install, and with
-    `adapters` the entry points through which the adapters register."""
-    if SUITE not in installed(venv):
+def _torch(held: dict[str, str]) -> str:
+    """The torch version of {package: version}, without its local part (2.13.0+cpu: 2.13.0)."""
+    return held.get("torch", "").split("+")[0]
+
+
+def _missing(venv: TorchVenv, held: dict[str, str], adapters: bool) -> str:
+    """What of the suite the venv itself lacks ("" when nothing), `held` being what it holds
+    (installed(venv)): the suite's install, and with `adapters` the entry points through which
+    the adapters register."""
+    if SUITE not in held:
         return "the venv does not hold the suite"
     if adapters and not registered_strategies(venv):
         return "the venv registers no adapter through entry points"
@@ -150,14 +156,15 @@ def ensure(venv: TorchVenv, checkout: Path, *, adapters: bool = True, say: Say =
     entry points: the adapters' strategies register through them. Runs put the checkout first
     on PYTHONPATH, so the code that runs is always the checkout's."""
     start = time.monotonic()  # the whole of it: the check of a cached venv included
-    held = venv.ready()
-    if held is not None and held.get("torch", "").split("+")[0] == venv.version:
-        missing = _missing(venv, adapters)
+    now = installed(venv) if venv.python.exists() else {}
+    marked = venv.ready()
+    if marked is not None and _torch(marked) == venv.version:
+        missing = _missing(venv, now, adapters)
         if not missing:
-            say(f"venv {venv.path}: cached (torch {held['torch']})")
-            return held
+            say(f"venv {venv.path}: cached (torch {marked['torch']})")
+            return marked
         say(f"venv {venv.path}: marked complete, but {missing}; installing it")
-    if venv.python.exists() and installed(venv).get("torch", "").split("+")[0] == venv.version:
+    if _torch(now) == venv.version:
         say(f"venv {venv.path}: torch {venv.version} there, completing what the suite needs")
     else:
         say(f"venv {venv.path}: making it for torch {venv.version}")
@@ -170,13 +177,13 @@ def ensure(venv: TorchVenv, checkout: Path, *, adapters: bool = True, say: Say =
     # torch pinned again, so that nothing installed after it moves it
     _install(venv, [*SUITE_PACKAGES, *(ADAPTER_PACKAGES if adapters else ()), f"torch=={venv.version}"], say)
     _install(venv, ["--no-deps", "-e", str(checkout)], say)
-    missing = _missing(venv, adapters)
+    held = installed(venv)
+    missing = _missing(venv, held, adapters)
     if missing:
         raise InstallError(
             f"{venv.path}: after `pip install -e {checkout}`, {missing}; a run there would publish "
             "a table without the adapters' rows"
         )
-    held = installed(venv)
     (venv.path / READY).write_text(json.dumps(held, indent=1, sort_keys=True) + "\n")
     say(f"venv {venv.path}: torch {held.get('torch')} ready in {time.monotonic() - start:.0f} s")
     return held

@@ -7,9 +7,9 @@ of a second instead of the seconds `import torch` takes.
 
 The protocol, over a SOCK_SEQPACKET socket pair (one message each way per rank): the world
 sends the pickled (RankArgs, environment) with the rank's socket as a passed file descriptor
-(the import path comes over that socket, as to a spawned rank); the template answers with the child's pid and passes the read end of a pipe on
-which it writes the child's exit code when it reaps it (as subprocess reports it: negative
-for a signal).
+(the import path comes over that socket, as to a spawned rank); the template answers with
+the child's pid and passes the read end of a pipe on which it writes the child's exit code
+when it reaps it (as subprocess reports it: negative for a signal).
 """
 
 from __future__ import annotations
