@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_markdown(environment, ordered, known, findings))
     page = out.with_suffix(".html")
-    page.write_text(render_html(environment, ordered, known))
+    page.write_text(render_html(environment, ordered, known, findings))
     written = [out, page]
     if findings:
         written.append(out.with_name("FINDINGS.md"))

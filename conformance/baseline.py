@@ -5,6 +5,8 @@
 
     ["fsdp2-dsd_full-dcp-adamw-mlp-w2"]
     outcome = "fail"
+    findings = ["dsd-full-betas-list"]   # the findings that explain its differences
+    unexplained = ["full state | type | param_groups/0/betas"]   # differences no finding explains
     reason = "get/set_state_dict returns AdamW betas as a list"
     link = "https://github.com/pytorch/pytorch/issues/..."   # optional
     torch = ">=2.6,<2.14"                # optional: the entry holds for these torch versions
@@ -13,8 +15,14 @@
 With `--baseline FILE` a run is a gate (see `judge`): it fails on an expected pass that is now
 anything else, on a failure of another kind than expected, on a new failure with no entry,
 and on a cell that disappeared (an entry of the baseline's own profile that the matrix no
-longer has). A known failure that now passes is stale (a warning); an entry matching no cell
-of another profile is warned about. `--update-baseline` writes the file from a run.
+longer has). Inside a known failure it judges every difference and error the cell recorded
+(conformance.observed): each must be explained by one of the entry's findings
+(reports/findings.toml) or be one of its `unexplained` signatures; a difference that is neither,
+or a finding the entry does not list, fails the gate and is named (key, kind, rank, first
+index). How many elements differ does not matter. An entry without `findings` (the older form)
+expects the outcome only, with a warning to rewrite it. A known failure that now passes is
+stale (a warning); an entry matching no cell of another profile is warned about.
+`--update-baseline` writes the file from a run.
 """
 
 from __future__ import annotations
@@ -22,10 +30,11 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.findings import Finding, explaining, load_findings
+from conformance.findings import Finding, attribute, load_findings
 from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome, first_line
 
 if sys.version_info >= (3, 11):
@@ -64,6 +73,10 @@ class Expectation:
     link: str = ""
     torch: str = ""  # a version range, see version_matches
     backend: str = ""
+    # the findings that explain the failure's records, and the signatures of those none
+    # explains (Observed.signature); None: an entry of the older form, outcome only
+    findings: tuple[str, ...] | None = None
+    unexplained: tuple[str, ...] = ()
 
     def applies(self, torch_version: str, backend: str) -> bool:
         if self.backend and self.backend != backend:
@@ -77,6 +90,8 @@ class Baseline:
     profile: str | None = None
     sha256: str = ""
     path: str = ""
+    findings: tuple[Finding, ...] = ()  # what the gate attributes records with
+    outcome_only: tuple[str, ...] = ()  # entries of the older form (no findings = [...])
 
     def expected(self, cell_id: str, torch_version: str, backend: str) -> Expectation | None:
         entry = self.entries.get(cell_id)
@@ -93,15 +108,32 @@ class Baseline:
 class Verdict:
     """How a cell's outcome stands against its expectation."""
 
-    kind: str  # ok | known | stale | regression | new_failure | harness_error
+    kind: str  # ok | known | stale | regression | new_failure | new_difference | harness_error
     message: str = ""
 
     @property
     def fails_the_gate(self) -> bool:
-        return self.kind in ("regression", "new_failure", "harness_error")
+        return self.kind in ("regression", "new_failure", "new_difference", "harness_error")
 
 
-def judge(result: CellResult, expected: Expectation | None) -> Verdict:
+def surprises(result: CellResult, expected: Expectation, findings: Sequence[Finding]) -> list[str]:
+    """What a known failure shows beyond its entry: each record no expected finding explains
+    and whose signature the entry does not list, and each finding the entry does not name."""
+    attribution = attribute(result, list(findings))
+    allowed = set(expected.findings or ())
+    out = []
+    for record, found in attribution.records:
+        if any(f.id in allowed for f in found) or record.signature in expected.unexplained:
+            continue
+        others = [f.id for f in found]
+        why = f" (explained by {', '.join(others)}, which the entry does not expect)" if others else ""
+        out.append(f"new difference: {record.describe()}{why}")
+    return out
+
+
+def judge(result: CellResult, expected: Expectation | None, findings: Sequence[Finding] = ()) -> Verdict:
+    """How the cell stands against its expectation; `findings` attribute a known failure's
+    records (an entry of the newer form)."""
     got = result.outcome
     if got in NEVER_EXPECTED:
         return Verdict("harness_error", f"{got.value}: a fault of this suite, whatever the baseline says")
@@ -110,9 +142,16 @@ def judge(result: CellResult, expected: Expectation | None) -> Verdict:
             return Verdict("new_failure", f"new {got.value}, no baseline entry")
         return Verdict("ok")
     if got == expected.outcome:
-        if got in FAILING:
-            return Verdict("known", f"known {got.value}: {expected.reason} {expected.link}".strip())
-        return Verdict("ok")
+        if got not in FAILING:
+            return Verdict("ok")
+        new = surprises(result, expected, findings) if expected.findings is not None else []
+        if new:
+            shown = new[:5] + ([f"... and {len(new) - 5} more"] if len(new) > 5 else [])
+            return Verdict(
+                "new_difference",
+                f"known {got.value} ({expected.reason}) with {len(new)} new: " + "; ".join(shown),
+            )
+        return Verdict("known", f"known {got.value}: {expected.reason} {expected.link}".strip())
     if got is Outcome.PASS:
         return Verdict(
             "stale", f"stale baseline entry: {result.id} was expected to {expected.outcome.value}, now passes"
@@ -120,7 +159,8 @@ def judge(result: CellResult, expected: Expectation | None) -> Verdict:
     return Verdict("regression", f"regression: expected {expected.outcome.value}, got {got.value}")
 
 
-def load_baseline(path: Path) -> Baseline:
+def load_baseline(path: Path, findings: Sequence[Finding] | None = None) -> Baseline:
+    """The baseline file; `findings` (default reports/findings.toml) attribute its entries."""
     try:
         raw = Path(path).read_bytes()
     except FileNotFoundError:
@@ -148,19 +188,35 @@ def load_baseline(path: Path) -> Baseline:
                 f"{path}: [{cell_id!r}] outcome {outcome.value!r} is a fault of this suite, never an "
                 "expected outcome of a strategy: fix the harness instead"
             )
-        unknown = set(entry) - {"outcome", "reason", "link", "torch", "backend"}
+        unknown = set(entry) - {"outcome", "reason", "link", "torch", "backend", "findings", "unexplained"}
         if unknown:
             raise ValueError(f"{path}: [{cell_id!r}] has unknown keys {sorted(unknown)}")
         if entry.get("torch"):
             version_matches("0", str(entry["torch"]))  # a malformed range is a clear error now
+        lists = {}
+        for key in ("findings", "unexplained"):
+            value = entry.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"{path}: [{cell_id!r}] {key} must be a list of strings")
+            lists[key] = tuple(value)
         entries[cell_id] = Expectation(
             outcome,
             str(entry.get("reason", "")),
             str(entry.get("link", "")),
             str(entry.get("torch", "")),
             str(entry.get("backend", "")),
+            lists["findings"] if "findings" in entry else None,
+            lists["unexplained"],
         )
-    return Baseline(entries, profile, hashlib.sha256(raw).hexdigest(), str(path))
+    findings = tuple(load_findings() if findings is None else findings)
+    known = {f.id for f in findings}
+    unknown_ids = sorted({i for e in entries.values() for i in e.findings or () if i not in known})
+    if unknown_ids:
+        raise ValueError(f"{path}: entries name findings that reports/findings.toml lacks: {unknown_ids}")
+    old_form = tuple(
+        sorted(i for i, e in entries.items() if e.outcome is not Outcome.PASS and e.findings is None)
+    )
+    return Baseline(entries, profile, hashlib.sha256(raw).hexdigest(), str(path), findings, old_form)
 
 
 def _toml_string(text: str) -> str:
@@ -191,7 +247,8 @@ def render_baseline(
     for result in sorted(results, key=lambda r: r.id):
         if result.outcome is not Outcome.PASS and result.outcome not in NEVER_EXPECTED:
             old = previous.entries.get(result.id) if previous else None
-            found = explaining(result, findings)
+            attribution = attribute(result, findings)
+            found = attribution.findings
             keep = not found and old is not None and old.outcome == result.outcome
             reason = old.reason if keep and old else first_line(result.detail)
             if found:
@@ -202,6 +259,13 @@ def render_baseline(
                 f"outcome = {_toml_string(result.outcome.value)}",
                 f"reason = {_toml_string(reason)}",
             ]
+            if result.outcome in FAILING:
+                lines.append(f"findings = [{', '.join(_toml_string(f.id) for f in found)}]")
+                signatures = sorted({r.signature for r in attribution.unexplained})
+                if signatures:
+                    lines.append("unexplained = [")
+                    lines += [f"    {_toml_string(sig)}," for sig in signatures]
+                    lines.append("]")
             if found and found[0].link:
                 lines.append(f"link = {_toml_string(found[0].link)}")
             if keep and old:
@@ -223,6 +287,6 @@ def known_failures(results: list[CellResult], baseline: Baseline | None) -> dict
     out = {}
     for result in results:
         entry = baseline.expected(result.id, torch.__version__, str(result.axes.get("backend", "")))
-        if judge(result, entry).kind == "known":
+        if judge(result, entry, baseline.findings).kind == "known":
             out[result.id] = entry  # type: ignore[assignment]
     return out

@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.observed import EVENT_KINDS, IMPACTS, KINDS, Observed, worst
 from conformance.outcome import FAILING, CellResult, Outcome
 
 if sys.version_info >= (3, 11):
@@ -38,6 +39,11 @@ CLASSES: dict[str, str] = {
 }
 
 
+# Classes whose findings mark the cells they cover (the row calls a deprecated API) and explain
+# none of their differences.
+MARKING_CLASSES = frozenset({"deprecated API"})
+
+
 @dataclass(frozen=True)
 class Finding:
     id: str
@@ -55,15 +61,60 @@ class Finding:
     # a bug across versions: its script runs `save DIR` under the first torch, `load DIR` under
     # the second (each version's venv: python -m conformance publish --torch V --install-only)
     repro_pair: tuple[str, ...] = ()
+    # Which of a cell's records (conformance.observed) it explains: a regular expression on the
+    # key path (re.search) and the kinds it explains; with either, `detail` is a condition on
+    # the cell's whole detail, without, it selects the records whose line it matches (see
+    # explains_record).
+    key: str = ""
+    kinds: tuple[str, ...] = ()
+    # how bad it is (a key of conformance.observed.IMPACTS): with kinds or key, the impact of the
+    # records it explains; without, at worst (never milder than what those records show by their
+    # kind: tests/test_findings.py); and where it holds ("all devices", "CPU only", ...)
+    impact: str = ""
+    scope: str = "all devices"
     _pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+    _key: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
-    def explains(self, cell: CellResult) -> bool:
-        """Whether this finding is what the cell shows (a harness-error never is)."""
+    def covers(self, cell: CellResult) -> bool:
+        """Whether the cell is one this finding is about (its id and outcome; a harness-error
+        never is)."""
         if cell.outcome is Outcome.HARNESS_ERROR or cell.outcome.value not in self.outcomes:
             return False
-        if not any(fnmatch.fnmatchcase(cell.id, pattern) for pattern in self.cells):
+        return any(fnmatch.fnmatchcase(cell.id, pattern) for pattern in self.cells)
+
+    @property
+    def selects(self) -> bool:
+        """It selects the records it explains by kind or key (and states their impact)."""
+        return bool(self.kinds) or self._key is not None
+
+    @property
+    def marks(self) -> bool:
+        """It marks the cells it covers and explains nothing (MARKING_CLASSES)."""
+        return self.kind in MARKING_CLASSES
+
+    def explains_record(self, cell: CellResult, record: Observed) -> bool:
+        """Whether this finding explains one record of the cell."""
+        if self.marks or not self.covers(cell):
             return False
-        return self._pattern is None or self._pattern.search(cell.detail) is not None
+        if self.kinds and record.kind not in self.kinds:
+            return False
+        if self._key is not None and self._key.search(record.key) is None:
+            return False
+        if self._pattern is None:
+            return True
+        # With kinds or a key to select records, `detail` is a condition on the cell's whole
+        # detail; without, it selects the records whose line it matches (an error's, crash's or
+        # hang's: the whole detail, its traceback).
+        whole = self.kinds or self._key is not None or record.kind in EVENT_KINDS or record.scope == "cell"
+        return self._pattern.search(cell.detail if whole else record.line) is not None
+
+    def explains(self, cell: CellResult) -> bool:
+        """Whether this finding explains some record of the cell."""
+        return self.covers(cell) and any(self.explains_record(cell, r) for r in cell.records)
+
+    def about(self, cell: CellResult) -> bool:
+        """Whether the cell shows this finding: one it marks, or one it explains a record of."""
+        return self.covers(cell) if self.marks else self.explains(cell)
 
     @property
     def link(self) -> str:
@@ -87,8 +138,16 @@ def _finding(entry: dict[str, object], where: str) -> Finding:
     bad = set(finding.outcomes) - {o.value for o in Outcome}
     if bad:
         raise ValueError(f"{where} ({finding.id}): unknown outcomes {sorted(bad)}")
-    pattern = re.compile(finding.detail) if finding.detail else None
-    object.__setattr__(finding, "_pattern", pattern)
+    explains_failures = set(finding.outcomes) & {o.value for o in FAILING} and not finding.marks
+    if finding.impact not in IMPACTS if explains_failures else finding.impact not in ("", *IMPACTS):
+        raise ValueError(
+            f"{where} ({finding.id}): impact {finding.impact!r} is not one of {list(IMPACTS)} (worst first)"
+        )
+    bad = set(finding.kinds) - set(KINDS)
+    if bad:
+        raise ValueError(f"{where} ({finding.id}): unknown kinds {sorted(bad)}; kinds are {list(KINDS)}")
+    object.__setattr__(finding, "_pattern", re.compile(finding.detail) if finding.detail else None)
+    object.__setattr__(finding, "_key", re.compile(finding.key) if finding.key else None)
     return finding
 
 
@@ -105,5 +164,70 @@ def load_findings(path: Path = FINDINGS_PATH) -> list[Finding]:
 
 
 def explaining(cell: CellResult, findings: list[Finding]) -> list[Finding]:
-    """The findings that explain this cell, in the data's order."""
+    """The findings that explain some record of this cell, in the data's order."""
     return [f for f in findings if f.explains(cell)]
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """A cell's records, each with the findings that explain it."""
+
+    cell: CellResult
+    records: tuple[tuple[Observed, tuple[Finding, ...]], ...]
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Every finding that explains some record, each once, in the data's order."""
+        out: dict[str, Finding] = {}
+        for _, found in self.records:
+            out.update((f.id, f) for f in found)
+        return list(out.values())
+
+    @property
+    def unexplained(self) -> list[Observed]:
+        return [record for record, found in self.records if not found]
+
+    @property
+    def explained(self) -> bool:
+        """Every record is explained (a failing cell with no record never is)."""
+        return bool(self.records) and not self.unexplained
+
+    @property
+    def impact(self) -> str | None:
+        """The worst impact over the records (record_impact)."""
+        return worst(record_impact(record, found) for record, found in self.records)
+
+    @property
+    def scope(self) -> str:
+        """Where the cell's "no" holds: the findings' scopes, "" while a record is unexplained."""
+        if not self.explained:
+            return ""
+        return "; ".join(sorted({f.scope for f in self.findings}))
+
+
+def record_impact(record: Observed, found: tuple[Finding, ...] | list[Finding]) -> str:
+    """A record's impact. A finding that selects its records by kind or key states the impact of
+    those it explains (it has looked at them: a scheduler left as built differs in values, and
+    is lost state, not corrupted). Otherwise the record's kind decides
+    (conformance.observed.IMPACT_OF_KIND); a check's own verdict (sanity, hygiene, accepted
+    damage) has none: the worst its findings declare, and the worst of all while none explains it."""
+    precise = [f.impact for f in found if f.selects]
+    return worst(precise) or record.impact or worst(f.impact for f in found) or "corrupts"
+
+
+def attribute(cell: CellResult, findings: list[Finding]) -> Attribution:
+    """Every record of the cell matched to the findings that explain it."""
+    relevant = [f for f in findings if f.covers(cell)]
+    pairs = [(r, tuple(f for f in relevant if f.explains_record(cell, r))) for r in cell.records]
+    # A resumed run whose losses diverged: every value of its state after that point differs
+    # as a consequence, so a value difference with no finding of its own takes the findings
+    # of the divergence (the first loss that differs). Other kinds (a missing key, a dtype)
+    # are never consequences of values.
+    diverged = next((found for r, found in pairs if r.kind == "loss" and found), ())
+    if diverged:
+        pairs = [(r, found or (diverged if r.kind in DOWNSTREAM_OF_LOSS else ())) for r, found in pairs]
+    return Attribution(cell, tuple(pairs))
+
+
+# the record kinds a diverged trajectory explains (attribute)
+DOWNSTREAM_OF_LOSS = ("values", "value")

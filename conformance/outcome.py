@@ -7,6 +7,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from conformance.observed import Observed, from_detail, from_fail_detail
+
 
 class Outcome(str, enum.Enum):
     PASS = "pass"  # ran, and every compared value was bitwise equal
@@ -48,6 +50,22 @@ class CellResult:
     duration_s: float
     # the pool ran it (a property: some example) again in a fresh world after a hang in a warm one
     rerun: bool = False
+    # a failing cell's differences and errors, one record each (conformance.observed.Observed
+    # as JSON); empty for a pass, a skip, and results written before the records existed
+    observed: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def records(self) -> list[Observed]:
+        """What the cell observed, one record each. A failing cell of an older results.json (no
+        records) has them read from its detail (conformance.observed.from_fail_detail,
+        from_detail)."""
+        if self.observed:
+            return [Observed.from_json(o) for o in self.observed]
+        if self.outcome is Outcome.FAIL:
+            return from_fail_detail(self.detail)
+        if self.outcome in FAILING - NEVER_EXPECTED:
+            return from_detail(self.outcome.value, self.detail)
+        return []
 
     @property
     def hung_in_a_warm_world(self) -> bool:
@@ -57,6 +75,9 @@ class CellResult:
         out = asdict(self)
         out["outcome"] = self.outcome.value
         out["duration_s"] = round(self.duration_s, 3)
+        out["observed"] = list(self.observed)
+        if not self.observed:
+            del out["observed"]
         return out
 
     @classmethod
@@ -68,6 +89,7 @@ class CellResult:
             detail=data["detail"],
             duration_s=float(data["duration_s"]),
             rerun=bool(data.get("rerun", RERUN_NOTE in str(data["detail"]).partition("\n")[0])),
+            observed=tuple(data.get("observed", ())),
         )
 
 

@@ -285,5 +285,10 @@ def _failing_example(
         "minimal_cell": cell.id,
     }
     return CellResult(
-        prop.id, out_axes, result.outcome, detail, sum(r.duration_s for _, r in record.examples)
+        prop.id,
+        out_axes,
+        result.outcome,
+        detail,
+        sum(r.duration_s for _, r in record.examples),
+        observed=result.observed,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import traceback
 import zlib
+from typing import Any
 
 import torch
 
@@ -13,7 +14,8 @@ from conformance.check.base import StrategyFactory, Under
 from conformance.check.phases import Phases
 from conformance.check.registry import CHECKS
 from conformance.matrix import refusal_reason, transfer_unsupported_reason, unsupported_reason
-from conformance.outcome import CellResult, Outcome
+from conformance.observed import Observed, from_detail
+from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.registry import RegisteredStrategy
 from conformance.strategy.storage import STORAGES
@@ -166,5 +168,22 @@ def _run_case(
     )
     outcome, detail = CHECKS[case.check].execute(phases, case, under)
     return CellResult(
-        case.id, axes, outcome, phases.described(detail), time.monotonic() - start, rerun=bool(phases.reruns)
+        case.id,
+        axes,
+        outcome,
+        phases.described(detail),
+        time.monotonic() - start,
+        rerun=bool(phases.reruns),
+        observed=observed_of_outcome(outcome, detail, phases.observed),
     )
+
+
+def observed_of_outcome(outcome: Outcome, detail: str, found: list[Observed]) -> tuple[dict[str, Any], ...]:
+    """A cell's records: what the check found, for a cell that failed, errored, crashed or hung
+    (a pass that refused as it must keeps none). An error the check did not record (its detail
+    is the world's) is read from the detail."""
+    if outcome not in FAILING - NEVER_EXPECTED:
+        return ()
+    if not found and outcome is not Outcome.FAIL:
+        found = from_detail(outcome.value, detail)
+    return tuple(o.to_json() for o in found)

@@ -515,3 +515,57 @@ class StagesAfterTheStep:
 def stages_after_the_step(case: Case) -> object:
     """The built-in strategy of the cell with its storage staging too late."""
     return dataclasses.replace(builtin_strategy(case), storage=StagesAfterTheStep())
+
+
+# For the gate per difference (issue 25) and the impact classes of the tables.
+
+
+class ZeroesMoments(Delegating):
+    """AdamW's moments zeroed after the load: a second, real difference on top of whatever the
+    cell already shows (the betas drift of get/set_state_dict full)."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.load(state, path, ctx)
+        for entry in state.optim.state.values():
+            for name in ("exp_avg", "exp_avg_sq"):
+                entry[name].zero_()
+
+
+class LoadRaisesKeyError(Delegating):
+    """The load refuses, loudly: a KeyError from the strategy's own code."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        raise KeyError("fc1.weight")
+
+
+class LoadRaisesValueError(Delegating):
+    """The same refusal with another exception: a changed known error."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        raise ValueError("the checkpoint is of another format")
+
+
+class HangsOnLoad(Delegating):
+    """Every rank waits forever in the load."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        import time
+
+        time.sleep(3600)
+
+
+class TuplesBecomeLists(Delegating):
+    """Every tensor bit-exact; AdamW's betas come back as a list (a pure type drift)."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.load(state, path, ctx)
+        for group in state.optim.param_groups:
+            group["betas"] = list(group["betas"])
+
+
+zeroes_moments = _factory(ZeroesMoments, "zeroes_moments")
+load_raises_key_error = _factory(LoadRaisesKeyError, "load_raises_key_error")
+load_raises_value_error = _factory(LoadRaisesValueError, "load_raises_value_error")
+hangs_on_load = _factory(HangsOnLoad, "hangs_on_load")
+tuples_become_lists = _factory(TuplesBecomeLists, "tuples_become_lists")
+crashes_on_save = _factory(CrashesOnSave, "crashes_on_save")

@@ -69,4 +69,6 @@ def test_a_new_check_is_its_module_and_its_registration(tmp_path: Path) -> None:
     assert outcomes(results) == {"again-ddp-sd_full-torch_save-adamw-mlp-w2": "pass"}, log
     assert {c["axes"]["check"] for c in results["cells"]} == {"again"}
     report = (tmp_path / "run" / "matrix.md").read_text()
-    assert "## Again: the round trip once more, as a check of its own" in report
+    assert "| Again: the round trip once more, as a check of its own | 1 | 1 |" in report
+    page = (tmp_path / "run" / "matrix.html").read_text()
+    assert 'id="again"' in page  # its grid

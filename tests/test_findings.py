@@ -96,12 +96,17 @@ def test_a_finding_explains_its_cells_only_and_never_a_harness_error() -> None:
 def test_findings_md_and_the_baseline_name_the_finding_and_list_what_none_explains() -> None:
     cells = [
         _cell("fsdp2-dsd_full-dcp-adamw-mlp-w2", Outcome.FAIL, BETAS),
-        _cell("fsdp2-dsd_sharded-dcp-adamw-mlp-w2", Outcome.FAIL, "param/x: values differ"),
+        _cell(
+            "fsdp2-dsd_sharded-dcp-adamw-mlp-w2",
+            Outcome.FAIL,
+            "1 differences:\nfull state: param/x: values differ",
+        ),
         _cell("fsdp2-dsd_sharded-dcp-sgd-mlp-w2", Outcome.PASS, "bitwise equal"),
     ]
     page = render_findings({"torch": "2.13.0"}, cells, FINDINGS)
-    section = page.split("## Non-passes no finding explains")[1]
+    section = page.split("## Differences no finding explains")[1]
     assert "fsdp2-dsd_sharded-dcp-adamw-mlp-w2" in section and "fsdp2-dsd_full" not in section
+    assert "values: full state: param/x: values differ" in section  # per difference
     assert "python reports/findings/repro/dsd_full_betas_list.py" in page
     toml = render_baseline(cells, "header", "ci", findings=FINDINGS)
     assert 'reason = "bug: get/set_state_dict with full_state_dict turns' in toml
@@ -112,3 +117,37 @@ def test_a_bug_without_a_reproduction_is_refused(tmp_path: Path) -> None:
     bad.write_text('[[finding]]\nid = "x"\ntitle = "t"\nkind = "bug"\nsummary = "s"\ncells = ["*"]\n')
     with pytest.raises(ValueError, match="standalone reproduction"):
         load_findings(bad)
+
+
+def test_no_finding_says_milder_than_the_differences_it_explains() -> None:
+    """A finding that does not select its records by kind or key declares its impact at worst:
+    never milder than what a record it explains shows by its kind, in any published table."""
+    from conformance.findings import attribute
+    from conformance.observed import IMPACTS
+    from conformance.report.results import read_results
+
+    order = list(IMPACTS)
+    milder = set()
+    for results in sorted((ROOT / "reports").glob("torch-*/results.json")):
+        for cell in read_results(results)[1]:
+            for record, found in attribute(cell, FINDINGS).records:
+                for finding in found:
+                    if (
+                        not finding.selects
+                        and record.impact
+                        and order.index(finding.impact) > order.index(record.impact)
+                    ):
+                        milder.add((finding.id, finding.impact, record.impact, results.parent.name))
+    assert not milder, sorted(milder)
+
+
+def test_a_marking_finding_explains_no_difference() -> None:
+    deprecated = next(f for f in FINDINGS if f.marks)
+    cell = CellResult(
+        "fsdp1_full_shard-legacy_full-torch_save-adamw-mlp-w2",
+        {},
+        Outcome.ERROR,
+        "rank 0 raised KeyError first in strategy.load:\nKeyError: 0",
+        1.0,
+    )
+    assert deprecated.covers(cell) and deprecated.about(cell) and not deprecated.explains(cell)

@@ -15,21 +15,29 @@ from typing import Any
 
 import torch
 
+from conformance.observed import Observed
+
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 @dataclass(frozen=True)
 class Difference:
+    """One difference: the key path, its kind (missing, unexpected, values, dtype, shape, type,
+    length or value), the message a person reads, and for values how many elements differ and
+    the first differing index."""
+
     key: str
     message: str
-
-    @property
-    def kind(self) -> str:
-        """missing, unexpected, values, dtype, shape, type, length or value: for summaries."""
-        return self.message.split(" ", 1)[0].split(":", 1)[0]
+    kind: str
+    count: int | None = None
+    index: tuple[int, ...] | None = None
 
     def __str__(self) -> str:
         return f"{self.key}: {self.message}"
+
+    def observed(self, scope: str, rank: int | None = None) -> Observed:
+        """This difference as a record of the cell's result (conformance.observed)."""
+        return Observed(scope, self.kind, self.key, rank, self.message, self.count, self.index)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -55,10 +63,17 @@ def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
 
 def compare_tensors(expected: torch.Tensor, actual: torch.Tensor) -> str | None:
     """None when bitwise equal; else what differs, with the first differing index."""
+    found = tensor_difference(expected, actual)
+    return found.message if found else None
+
+
+def tensor_difference(expected: torch.Tensor, actual: torch.Tensor, key: str = "") -> Difference | None:
+    """None when bitwise equal; else the difference (dtype, shape, or values with their count
+    and first differing index)."""
     if expected.dtype != actual.dtype:
-        return f"dtype differs: expected {_fmt(expected)}, got {_fmt(actual)}"
+        return Difference(key, f"dtype differs: expected {_fmt(expected)}, got {_fmt(actual)}", "dtype")
     if expected.shape != actual.shape:
-        return f"shape differs: expected {_fmt(expected)}, got {_fmt(actual)}"
+        return Difference(key, f"shape differs: expected {_fmt(expected)}, got {_fmt(actual)}", "shape")
     a, b = _bits(expected), _bits(actual)
     if torch.equal(a, b):
         return None
@@ -70,10 +85,11 @@ def compare_tensors(expected: torch.Tensor, actual: torch.Tensor) -> str | None:
     idx = _index(first, expected.shape) if expected.dim() else ()
     e_val = expected.detach().cpu().reshape(-1)[first].item()
     a_val = actual.detach().cpu().reshape(-1)[first].item()
-    return (
+    message = (
         f"values differ ({_fmt(expected)}): {len(positions)} of {expected.numel()} elements; "
         f"first at index {idx}: expected {e_val!r}, got {a_val!r}"
     )
+    return Difference(key, message, "values", len(positions), idx)
 
 
 def _float_bits(x: float) -> bytes:
@@ -88,23 +104,25 @@ def compare_values(expected: Any, actual: Any, key: str = "") -> list[Difference
                 Difference(
                     key,
                     f"type differs: expected {type(expected).__name__}, got {type(actual).__name__}",
+                    "type",
                 )
             ]
-        message = compare_tensors(expected, actual)
-        return [Difference(key, message)] if message else []
+        found = tensor_difference(expected, actual, key)
+        return [found] if found else []
     if type(expected) is not type(actual):
         return [
             Difference(
                 key,
                 f"type drift: expected {type(expected).__name__} {expected!r}, "
                 f"got {type(actual).__name__} {actual!r}",
+                "type",
             )
         ]
     if isinstance(expected, dict):
         return compare_states(expected, actual, prefix=f"{key}." if key else "")
     if isinstance(expected, (list, tuple)):
         if len(expected) != len(actual):
-            return [Difference(key, f"length differs: expected {len(expected)}, got {len(actual)}")]
+            return [Difference(key, f"length differs: expected {len(expected)}, got {len(actual)}", "length")]
         out: list[Difference] = []
         for i, (e, a) in enumerate(zip(expected, actual)):
             out += compare_values(e, a, f"{key}[{i}]")
@@ -113,7 +131,7 @@ def compare_values(expected: Any, actual: Any, key: str = "") -> list[Difference
         same = _float_bits(expected) == _float_bits(actual) or (math.isnan(expected) and math.isnan(actual))
     else:
         same = expected == actual
-    return [] if same else [Difference(key, f"expected {expected!r}, got {actual!r}")]
+    return [] if same else [Difference(key, f"expected {expected!r}, got {actual!r}", "value")]
 
 
 def compare_states(expected: dict[str, Any], actual: dict[str, Any], prefix: str = "") -> list[Difference]:
@@ -122,9 +140,11 @@ def compare_states(expected: dict[str, Any], actual: dict[str, Any], prefix: str
     missing = sorted(set(expected) - set(actual), key=str)
     extra = sorted(set(actual) - set(expected), key=str)
     for key in missing:
-        out.append(Difference(f"{prefix}{key}", "missing after load"))
+        out.append(Difference(f"{prefix}{key}", "missing after load", "missing"))
     for key in extra:
-        out.append(Difference(f"{prefix}{key}", "unexpected key after load (not in the saved state)"))
+        out.append(
+            Difference(f"{prefix}{key}", "unexpected key after load (not in the saved state)", "unexpected")
+        )
     for key in sorted(set(expected) & set(actual), key=str):
         out += compare_values(expected[key], actual[key], f"{prefix}{key}")
     return out

@@ -24,7 +24,8 @@ from conformance.case import Case
 from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.phases import PhaseError, Phases
 from conformance.check.slices import Slice
-from conformance.check.transfer import LoadSpec, SaveSpec, load_phase, save_phase
+from conformance.check.transfer import LoadSpec, SaveSpec, load_phase, observed_of, save_phase
+from conformance.observed import verdict
 from conformance.outcome import Outcome
 from conformance.strategy.storage import Storage
 from conformance.strategy.storage.base import files
@@ -104,6 +105,8 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
             return exc.outcome, f"{done}; then the harness raised:\n{exc.detail}"
         return exc.outcome, f"{done}; the load did not raise but:\n{exc.detail}"
     differences = [p for value in loaded for p in value["problems"]] + loaded[0]["failures"]
+    phases.observed += [verdict("accepted", f"loaded a damaged checkpoint without an error ({done})")]
+    phases.observed += observed_of(loaded)
     if differences:
         return Outcome.FAIL, (
             f"loaded a damaged checkpoint without an error ({done}), with other values:\n"

@@ -28,8 +28,9 @@ from conformance.check.phases import PhaseError, Phases
 from conformance.check.roundtrip import StrategyFactory, limit_lines
 from conformance.check.slices import MAIN_WRAPPERS, MODELS, Slice
 from conformance.check.snapshot import Snapshot
-from conformance.check.transfer import SaveSpec, save_phase
+from conformance.check.transfer import SaveSpec, observed_of, save_phase
 from conformance.models import build_model
+from conformance.observed import verdict
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.under_test import strategy_under_test
@@ -102,6 +103,7 @@ def inspect_phase(ctx: RankContext, spec: InspectSpec) -> dict[str, Any]:
     problems = hygiene_problems(state, plain, spec.expected)
     return {
         "problems": limit_lines(problems),
+        "observed": [verdict("hygiene", p) for p in problems],
         "tensors": sum(isinstance(v, torch.Tensor) for v in state.values()),
     }
 
@@ -125,6 +127,7 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
     except PhaseError as exc:
         return exc.outcome, exc.detail
     problems = [p for value in saved for p in value["problems"]] + inspected[0]["problems"]
+    phases.observed += observed_of(saved, inspected)
     if problems:
         return Outcome.FAIL, f"{len(problems)} hygiene problems in the saved model state:\n" + "\n".join(
             problems

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.observed import Observed, from_detail
 from conformance.outcome import Outcome
 from conformance.world import CellPool, CellRun, with_reruns
 from conformance.world.rank import CellFn
@@ -46,6 +47,9 @@ class Phases:
     timeout_s: float
     seed: int
     reruns: list[tuple[str, CellRun]] = field(default_factory=list)  # phases the pool ran again
+    # every difference the check found, as records (conformance.observed); errors, crashes and
+    # hangs are read from the detail by the runner
+    observed: list[Observed] = field(default_factory=list)
 
     def run(self, phase: str, size: int, fn: CellFn, arg: Any, *, other_world: bool = False) -> list[Any]:
         """Every rank's return value, or PhaseError. other_world: in the pool's second world of
@@ -53,6 +57,7 @@ class Phases:
         slot = "other" if other_world else ""
         run = self.pool.run(self.backend, size, fn, arg, timeout_s=self.timeout_s, seed=self.seed, slot=slot)
         if run.status != "ok":
+            self.observed += from_detail(run.status, run.detail, scope=f"{phase} phase")
             raise PhaseError(
                 STATUS_OUTCOMES[run.status],
                 f"{phase} phase, {size} ranks",

@@ -32,6 +32,7 @@ from conformance.check.roundtrip import (
 )
 from conformance.check.slices import MAIN_APIS, MAIN_WRAPPERS, Slice
 from conformance.check.snapshot import count_elements, full_state, local_state
+from conformance.observed import Observed
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.under_test import strategy_under_test
@@ -89,20 +90,21 @@ def run_b(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
     strategy.load(state, path, ctx)
     got = _finish(state, case, ctx)
     want = spec.reference[ctx.rank]
-    losses = []  # the trajectory first: it is what a user sees diverge
+    losses, observed = [], []  # the trajectory first: it is what a user sees diverge
     for step, (a, b) in enumerate(zip(want["losses"], got["losses"]), start=train_steps(case.optimizer)):
         if _bits(a) != _bits(b):
-            losses.append(f"rank {ctx.rank} step {step}: loss {b!r} after the resume, {a!r} without it")
+            message = f"loss {b!r} after the resume, {a!r} without it"
+            losses.append(f"rank {ctx.rank} step {step}: {message}")
+            observed.append(Observed("resumed trajectory", "loss", f"step {step}", ctx.rank, message))
             break
-    local = [
-        f"rank {ctx.rank} local state: {d}"
-        for d in first_of_each_kind(compare_states(want["local"], got["local"]))
-    ]
-    full = []
-    if ctx.rank == 0:
-        full = [f"full state: {d}" for d in first_of_each_kind(compare_states(want["full"], got["full"]))]
+    local_diffs = first_of_each_kind(compare_states(want["local"], got["local"]))
+    local = [f"rank {ctx.rank} local state: {d}" for d in local_diffs]
+    full_diffs = first_of_each_kind(compare_states(want["full"], got["full"])) if ctx.rank == 0 else []
+    full = [f"full state: {d}" for d in full_diffs]
+    observed += [d.observed("full state") for d in full_diffs]
+    observed += [d.observed("local state", ctx.rank) for d in local_diffs]
     failures = losses + full + local
-    return {"failures": limit_lines(failures), "failure_count": len(failures)}
+    return {"failures": limit_lines(failures), "failure_count": len(failures), "observed": observed}
 
 
 def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
@@ -122,6 +124,7 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
     except PhaseError as exc:
         return exc.outcome, exc.detail
     failures = [line for value in b for line in value["failures"]]
+    phases.observed += [o for value in b for o in value.get("observed", ())]
     if failures:
         total = sum(value["failure_count"] for value in b)
         return (

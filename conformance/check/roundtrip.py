@@ -40,6 +40,7 @@ from conformance.check.slices import (
 )
 from conformance.check.snapshot import Snapshot, count_elements, full_state, local_state
 from conformance.models import build_model
+from conformance.observed import from_detail, verdict
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.protocol import Strategy, TrainState
@@ -146,6 +147,7 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
     train(trained.model, trained.optim, trained.scheduler, ctx, case.model, steps=train_steps(case.optimizer))
     failures = sharding_problems(case, ctx, trained.model)
+    observed = [verdict("sanity", p.removeprefix("sanity: "), ctx.rank) for p in failures]
     before_local = local_state(trained.model, trained.optim, trained.scheduler)
     before_full = full_state(trained.model, trained.optim, trained.scheduler, ctx, sharded=sharded)
     if ctx.rank == 0:  # the whole state: a rank whose shard is empty may hold no optimizer state
@@ -154,9 +156,9 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     path = ctx.cell_dir / "checkpoint"
     strategy.save(trained, path, ctx)
     after_save = local_state(trained.model, trained.optim, trained.scheduler)
-    failures += [
-        f"rank {ctx.rank}: save changed the live state: {d}" for d in compare_states(before_local, after_save)
-    ]
+    changed = compare_states(before_local, after_save)
+    failures += [f"rank {ctx.rank}: save changed the live state: {d}" for d in changed]
+    observed += [d.observed("live state after save", ctx.rank) for d in changed]
 
     fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1)
     if fresh.model is trained.model or fresh.optim is trained.optim:
@@ -179,13 +181,16 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
         expected_full = {**before_full, **buffers}  # type: ignore[dict-item]
         full_diffs = first_of_each_kind(compare_states(expected_full, after_full))  # type: ignore[arg-type]
         failures = [f"full state: {d}" for d in full_diffs] + failures
+        observed = [d.observed("full state") for d in full_diffs] + observed
     local_diffs = first_of_each_kind(compare_states(expected_local, after_local))
     failures += [f"rank {ctx.rank} local state: {d}" for d in local_diffs]
+    observed += [d.observed("local state", ctx.rank) for d in local_diffs]
     tensors, elements = count_elements(before_full if ctx.rank == 0 else before_local)  # type: ignore[arg-type]
     return {
         "rank": ctx.rank,
         "failures": limit_lines(failures),
         "failure_count": len(failures),
+        "observed": observed,
         "compared": {"keys": len(before_local), "tensors": tensors, "elements": elements},
     }
 
@@ -203,8 +208,10 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
     if run.note:  # a rerun in a fresh world: the runner leads the detail with its note
         phases.reruns.append(("", run))
     if run.status != "ok":
+        phases.observed += from_detail(run.status, run.detail)
         return STATUS_OUTCOMES[run.status], run.detail
     failures = [line for value in run.values for line in value["failures"]]
+    phases.observed += [o for value in run.values for o in value.get("observed", ())]
     if failures:
         total = sum(value["failure_count"] for value in run.values)
         return Outcome.FAIL, f"{total} differences after the round trip:\n" + "\n".join(failures)

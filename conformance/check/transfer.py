@@ -34,6 +34,7 @@ from conformance.check.roundtrip import (
 from conformance.check.sanity import sharding_problems
 from conformance.check.snapshot import Snapshot, count_elements
 from conformance.models import build_model
+from conformance.observed import Observed, verdict
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.under_test import LOADING_CALLS, strategy_under_test
@@ -76,9 +77,10 @@ def save_phase(ctx: RankContext, spec: SaveSpec) -> dict[str, Any]:
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
     train(trained.model, trained.optim, trained.scheduler, ctx, case.model, steps=train_steps(case.optimizer))
     problems = sharding_problems(case, ctx, trained.model)
+    observed = [verdict("sanity", p.removeprefix("sanity: "), ctx.rank) for p in problems]
     expected = _canonical(trained, case, ctx)
     strategy.save(trained, Path(spec.directory), ctx)
-    return {"problems": problems, "expected": expected}
+    return {"problems": problems, "expected": expected, "observed": observed}
 
 
 def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
@@ -96,16 +98,22 @@ def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
     fresh = load_checkpoint(strategy, case, ctx, path, fresh)
     # The canonical state is rank 0's view: replicas (DDP, NO_SHARD, HSDP groups) that did not
     # all load the same values are caught by the sanity check, run again on the loaded model.
-    problems = [f"after the load, {p}" for p in sharding_problems(case, ctx, fresh.model)]
+    insane = sharding_problems(case, ctx, fresh.model)
+    problems = [f"after the load, {p}" for p in insane]
+    observed = [
+        verdict("sanity", p.removeprefix("sanity: "), ctx.rank, scope="sanity after the load") for p in insane
+    ]
     after = _canonical(fresh, case, ctx)
     if after is None:
-        return {"problems": problems, "failures": []}
-    diffs = [str(d) for d in first_of_each_kind(compare_states(spec.expected, after))]
+        return {"problems": problems, "failures": [], "observed": observed}
+    found = first_of_each_kind(compare_states(spec.expected, after))
+    diffs = [str(d) for d in found]
     tensors, elements = count_elements(spec.expected)
     return {
         "problems": problems,
         "failures": limit_lines(diffs),
         "failure_count": len(diffs),
+        "observed": observed + [d.observed("loaded state") for d in found],
         "tensors": tensors,
         "elements": elements,
     }
@@ -135,9 +143,15 @@ def execute(phases: Phases, transfer: Transfer, under: Under) -> Verdict:
         if refusal and exc.raised_by(*LOADING_CALLS) and not problems:
             return Outcome.PASS, f"refused, as it must ({refusal}):\n{exc.detail}"
         return exc.outcome, exc.detail
+    phases.observed += observed_of(saved, loaded)
     where = f"saved by {save.config} in {save.world_size} ranks, loaded by {load.config} in {load.world_size}"
     note = f" (declared unable to load: {refusal}; it loaded every value right)" if refusal else ""
     return load_verdict(problems, loaded, where, note)
+
+
+def observed_of(*phases: list[dict[str, Any]]) -> list[Observed]:
+    """Every record the ranks of some phases returned."""
+    return [o for values in phases for value in values for o in value.get("observed", ())]
 
 
 def load_verdict(problems: list[str], loaded: list[dict[str, Any]], where: str, note: str = "") -> Verdict:

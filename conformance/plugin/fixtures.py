@@ -99,7 +99,7 @@ def _to_pytest(result: CellResult, baseline: Baseline | None, backend: str) -> N
     """The cell's outcome as pytest's. With a baseline, the gate decides (baseline.judge):
     known failures are xfails, regressions and new failures fail, stale entries warn."""
     if baseline is not None:
-        verdict = judge(result, baseline.expected(result.id, torch.__version__, backend))
+        verdict = judge(result, baseline.expected(result.id, torch.__version__, backend), baseline.findings)
         if verdict.kind == "known":
             pytest.xfail(verdict.message)
         if verdict.kind == "stale":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import warnings
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[BASELINE_KEY] = load_baseline(Path(baseline)) if gate else None
     except (FileNotFoundError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
+    loaded = config.stash[BASELINE_KEY]
+    if loaded is not None and loaded.outcome_only and not hasattr(config, "workerinput"):
+        warnings.warn(
+            f"{baseline}: {len(loaded.outcome_only)} entries expect an outcome only (no findings = [...]), "
+            f"e.g. {loaded.outcome_only[0]!r}: the gate cannot see a new difference inside them; rewrite "
+            "the file with --update-baseline",
+            stacklevel=1,
+        )

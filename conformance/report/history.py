@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.findings import Finding, explaining
+from conformance.findings import Finding
 from conformance.outcome import FAILING, CellResult, first_line
 from conformance.report.diff import diff_runs
 from conformance.report.tables import Table, feature_table
@@ -117,8 +117,9 @@ def explained_counts(tables: Sequence[Published], findings: Sequence[Finding]) -
     for i, table in enumerate(tables):
         for cell in table.cells:
             if cell.outcome in FAILING:
-                for finding in explaining(cell, list(findings)):
-                    counts[finding.id][i] += 1
+                for finding in findings:
+                    if finding.about(cell):
+                        counts[finding.id][i] += 1
     return counts
 
 

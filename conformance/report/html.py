@@ -16,8 +16,10 @@ from typing import Any
 from conformance.case import repro_command as command
 from conformance.check.base import GridCells
 from conformance.check.registry import CHECKS
+from conformance.findings import Finding
 from conformance.outcome import FAILING, CellResult, Outcome, first_line
 from conformance.report import tables
+from conformance.report.impact import judge_cells
 
 FILTER_AXES = (
     "check",
@@ -49,6 +51,13 @@ SUPPORT_COLOURS = {
     "no": COLOURS["fail"],
     "unknown": "#ffffff",
     "harness": COLOURS["harness-error"],  # the word "harness error": classes take its first word
+    # how bad a "no" is (conformance.observed.IMPACTS), worst first
+    "corrupts": "#e06666",
+    "loses": "#ea9999",
+    "drifts": "#fbe3a8",
+    "refuses": "#f5c99b",
+    "crashes": COLOURS["crash"],
+    "hangs": COLOURS["hang"],
 }
 LEGEND = {
     "pass": "every compared value bitwise equal (or, for corrupt, the damaged load raised)",
@@ -118,13 +127,15 @@ def repro_command(cell: CellResult) -> str:
     )
 
 
-def _grids(cells: list[CellResult], known: Mapping[str, Any]) -> str:
+def _grids(cells: list[CellResult], known: Mapping[str, Any], findings: list[Finding]) -> str:
     """The feature x strategy table and the square save x load grid (interop), when the run
     has those cells."""
     words = "; ".join(f"{w}: {m}" for w, m in tables.SUPPORT_WORDS.items())
     meaning = "; ".join(f"{f.name}: {f.meaning}" for _, f in tables.features())
-    features = tables.feature_table(cells, known)
-    summary, folded = tables.summary_table(cells, known)
+    judged = judge_cells(cells, findings)
+    features = tables.feature_table(cells, known, judged)
+    summary, folded = tables.summary_table(cells, known, judged)
+    single = tables.one_cause_rows(cells, judged)
     out = []
     if summary[1] or folded:
         out += [
@@ -135,6 +146,11 @@ def _grids(cells: list[CellResult], known: Mapping[str, Any]) -> str:
             f'<p class="why">Nothing ran for {len(folded)} rows: {html.escape(", ".join(folded))}.</p>'
             if folded
             else "",
+            *(
+                f'<p class="why">{html.escape(group)}: all {ran} cells that ran: {html.escape(bad.impact)} '
+                f"({html.escape(bad.scope)}), {html.escape(bad.finding)}</p>"
+                for group, (ran, bad) in sorted(single.items())
+            ),
             "</details>",
         ]
     out += [
@@ -145,19 +161,26 @@ def _grids(cells: list[CellResult], known: Mapping[str, Any]) -> str:
         else f"<p>{html.escape(tables.NO_FEATURE_CELLS)}</p>",
         "</details>",
     ]
-    for name, check in CHECKS.items():  # the square grids (interop): saved by x loaded by
-        grid = [c for c in cells if c.axes.get("check") == name]
-        if grid and isinstance(check.shape, GridCells):
+    for name, check in CHECKS.items():  # a grid per check; the square ones (interop) open
+        grid = [c for c in cells if tables.check_of(c) == name]
+        if grid:
+            square = isinstance(check.shape, GridCells)
+            caption = (
+                "rows: saved by; columns: loaded by" if square else "rows: strategy; columns: world size"
+            )
             out += [
-                f'<details open id="{name}"><summary><h2>{html.escape(check.title)}</h2></summary>',
-                _table(tables.check_table(name, grid, known), "rows: saved by; columns: loaded by"),
+                f'<details{" open" if square else ""} id="{name}"><summary><h2>{html.escape(check.title)}</h2></summary>',
+                _table(tables.check_table(name, grid, known), caption),
                 "</details>",
             ]
     return "\n".join(out)
 
 
 def render_html(
-    environment: dict[str, Any], cells: list[CellResult], known: Mapping[str, Any] | None = None
+    environment: dict[str, Any],
+    cells: list[CellResult],
+    known: Mapping[str, Any] | None = None,
+    findings: list[Finding] | None = None,
 ) -> str:
     """`known`: cell id -> baseline.Expectation of the failures a baseline expects."""
 
@@ -210,7 +233,7 @@ def render_html(
     )
     css += "".join(f".w-{k} {{ background: {v}; }}" for k, v in SUPPORT_COLOURS.items())
     legend = "".join(f'<li><span class="o-{k}">{k}</span>: {esc(v)}</li>' for k, v in LEGEND.items())
-    extra = _grids(cells, known)
+    extra = _grids(cells, known, findings or [])
     env = environment
     title = f"Checkpoint conformance: torch {env.get('torch')} on {env.get('backend')} ({env.get('device')})"
     meta = ", ".join(

@@ -1,27 +1,33 @@
-"""The Markdown matrix: the feature x strategy table, a grid per check (one row per strategy, one
-column per world size; interop the square save x load grid), then every non-pass."""
+"""The Markdown matrix, a summary a code host renders (well under 500 KB): what works, the
+feature x strategy table (how bad each "no" is, the finding one click away), the findings with
+their counts, the non-passes grouped by finding, and every difference no finding explains. The
+grid per check and every cell's detail live in matrix.html and results.json."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from tabulate import tabulate
-
 from conformance.check.registry import CHECKS
-from conformance.findings import Finding, explaining
+from conformance.findings import Finding, attribute
+from conformance.observed import EVENT_KINDS, IMPACTS
 from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome, first_line
+from conformance.report.impact import SEVERE, Judged, judge_cells, short_scope
 from conformance.report.tables import (
     NO_FEATURE_CELLS,
+    NOTHING_RAN,
     SUPPORT_WORDS,
     Table,
-    check_table,
     config,
     feature_table,
     features,
+    one_cause_rows,
     summary_table,
 )
+
+SHOWN = 3  # cell ids shown per finding; the rest are in FINDINGS.md and results.json
 
 LEGEND = (
     "pass: every compared value bitwise equal after the round trip. "
@@ -41,34 +47,63 @@ LEGEND = (
 )
 
 
+def _link(word: str) -> str:
+    """A table word as Markdown: an impact's finding ("drifts [id]") one click away, silent
+    data loss in bold, a failing outcome in capitals."""
+    match = _FINDING.search(word)
+    if match:
+        text = word[: match.start()].rstrip()
+        shown = f"**{text}**" if any(text.startswith(s) or f", {s}" in text for s in SEVERE) else text
+        return f"[{shown}](FINDINGS.md#{match.group(1)})"
+    if word in BOLD or any(word.startswith(s) or f", {s}" in word for s in SEVERE):
+        return f"**{word.upper() if word in BOLD else word}**"
+    return word
+
+
+_FINDING = re.compile(r"\[([a-z0-9-]+)\]$")
+BOLD = {o.value for o in FAILING} | {"no"}
+
+
 def _markdown(table: Table) -> str:
-    """A table of words, the failing ones in bold."""
+    """A pipe table without padding (GitHub and every code host render it; padding made the
+    tables megabytes)."""
     headers, rows = table
-    bold = {o.value for o in FAILING} | {"no"}
-    shown = [[f"**{v.upper()}**" if v in bold else v for v in row] for row in rows]
-    return tabulate(shown, headers=headers, tablefmt="github")
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(_link(v) for v in row) + " |" for row in rows]
+    return "\n".join(out)
 
 
 def _deprecated(cells: list[CellResult], findings: list[Finding]) -> set[str]:
     """The strategies (feature-table rows) whose cells call a deprecated API (a finding says)."""
-    marked = [f for f in findings if f.kind == "deprecated API"]
-    return {config(c) for c in cells if any(f.explains(c) for f in marked)}
+    marked = [f for f in findings if f.marks]
+    return {config(c) for c in cells if any(f.covers(c) for f in marked)}
 
 
-def _summary(cells: list[CellResult], known: Mapping[str, Any]) -> list[str]:
-    (headers, rows), folded = summary_table(cells, known)
-    if not rows and not folded:
+def _summary(cells: list[CellResult], known: Mapping[str, Any], judged: Mapping[str, Judged]) -> list[str]:
+    (headers, rows), folded = summary_table(cells, known, judged)
+    single = one_cause_rows(cells, judged)
+    if not rows and not folded and not single:
         return []
     lines = [
         "## What works",
         "",
         "A row per wrapper family and state-dict API (a registered strategy and its kind), each "
         "feature over every storage, sharding and option of it; the full table, a row per "
-        "strategy, follows.",
+        "strategy, follows. Where a feature fails, the word is how bad the worst difference is "
+        "(worst first: " + ", ".join(IMPACTS) + "), and links to the finding behind it.",
         "",
         _markdown((headers, rows)) if rows else "(nothing ran)",
         "",
     ]
+    if single:
+        lines += ["Rows whose every cell that ran fails on one cause:", ""]
+        for group, (ran, bad) in sorted(single.items()):
+            where = f", {bad.scope}" if bad.scope and bad.scope != "all devices" else ""
+            lines.append(
+                f"- {group}: all {ran} cells that ran: {_link(f'{bad.impact}{where} [{bad.finding}]')} "
+                f"(`{bad.finding}`)"
+            )
+        lines.append("")
     if folded:
         lines += [
             f"Nothing ran for {len(folded)} rows (unsupported, skipped or untested): {', '.join(folded)}.",
@@ -77,11 +112,15 @@ def _summary(cells: list[CellResult], known: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _features(cells: list[CellResult], known: Mapping[str, Any], findings: list[Finding]) -> list[str]:
-    headers, rows = feature_table(cells, known)
+def _features(
+    cells: list[CellResult], known: Mapping[str, Any], findings: list[Finding], judged: Mapping[str, Judged]
+) -> list[str]:
+    headers, rows = feature_table(cells, known, judged)
     deprecated = _deprecated(cells, findings)
-    table = (headers, [[f"{r[0]} (deprecated API)" if r[0] in deprecated else r[0], *r[1:]] for r in rows])
-    return [
+    ran = [r for r in rows if not all(w in NOTHING_RAN for w in r[1:])]
+    idle = sorted(r[0] for r in rows if all(w in NOTHING_RAN for w in r[1:]))
+    table = (headers, [[f"{r[0]} (deprecated API)" if r[0] in deprecated else r[0], *r[1:]] for r in ran])
+    lines = [
         "## Features by strategy",
         "",
         "One row per strategy (wrapper, state-dict API, storage), one column per feature, over the "
@@ -94,6 +133,92 @@ def _features(cells: list[CellResult], known: Mapping[str, Any], findings: list[
         _markdown(table) if table[1] else NO_FEATURE_CELLS,
         "",
     ]
+    if idle:
+        lines += [
+            f"Nothing ran for {len(idle)} strategies (unsupported, skipped or untested): {', '.join(idle)}.",
+            "",
+        ]
+    return lines
+
+
+def _findings(cells: list[CellResult], findings: list[Finding], judged: Mapping[str, Judged]) -> list[str]:
+    """The findings with how many cells of this run each explains, then the non-passes grouped
+    by the findings that explain them, and every difference no finding explains."""
+    failing = sorted((c for c in cells if c.id in judged), key=lambda c: c.id)
+    if not failing:
+        return []
+    by_finding: dict[str, list[str]] = defaultdict(list)
+    for c in failing:
+        for fid in judged[c.id].findings:
+            by_finding[fid].append(c.id)
+    rows = [
+        [f.title + f" [{f.id}]", f.kind, f.impact, short_scope(f.scope), str(len(by_finding[f.id]))]
+        for f in findings
+        if by_finding.get(f.id)
+    ]
+    lines = [
+        "## Findings and the non-passes they explain",
+        "",
+        "Each finding ([FINDINGS.md](FINDINGS.md): what it is, upstream, a reproduction without this "
+        "suite), how bad it is at worst, where it holds, and how many cells of this run it explains "
+        "(a cell with differences of two causes counts for both).",
+        "",
+        _markdown((["finding", "class", "impact", "scope", "cells"], rows)),
+        "",
+    ]
+    for f in findings:
+        ids = by_finding.get(f.id)
+        if ids:
+            shown = ", ".join(f"`{i}`" for i in ids[:SHOWN])
+            more = f" and {len(ids) - SHOWN} more" if len(ids) > SHOWN else ""
+            lines.append(f"- `{f.id}` ({len(ids)}): {shown}{more}")
+    lines.append("")
+    attributions = {c.id: attribute(c, findings) for c in failing}
+    open_cells = [c for c in failing if not attributions[c.id].explained]
+    lines += ["## Differences no finding explains", ""]
+    if not open_cells:
+        lines += ["None: every difference and error of this run is explained by a finding.", ""]
+        return lines
+    lines += [f"{len(open_cells)} cells: each needs a finding, or a fix.", ""]
+    for c in open_cells:
+        records = attributions[c.id].unexplained or c.records
+        event = not records or records[0].kind in EVENT_KINDS
+        first = first_line(c.detail) if event else records[0].line.splitlines()[0][:240]
+        more = f" (and {len(records) - 1} more)" if len(records) > 1 else ""
+        lines.append(f"- `{c.id}`: {c.outcome.value}: {first}{more}")
+    return [*lines, ""]
+
+
+def _checks(cells: list[CellResult]) -> list[str]:
+    """A line per check: its title and how its cells ended (the grids are in matrix.html)."""
+    by_check: dict[str, Counter[str]] = defaultdict(Counter)
+    for cell in cells:
+        by_check[str(cell.axes.get("check", "roundtrip"))][cell.outcome.value] += 1
+    titles = {name: check.title for name, check in CHECKS.items()}
+    order = [c for c in titles if c in by_check] + sorted(set(by_check) - set(titles))
+    words = [o.value for o in Outcome]
+    rows = [
+        [titles.get(c, c), str(sum(by_check[c].values())), *(str(by_check[c][w]) for w in words)]
+        for c in order
+    ]
+    return ["## Checks", "", _markdown((["check", "cells", *words], rows)), ""]
+
+
+def _known(cells: list[CellResult], known: Mapping[str, Any]) -> list[str]:
+    """The failures the baseline expects, by their outcome and reason."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for c in cells:
+        entry = known.get(c.id)
+        if entry is not None:
+            link = f", {entry.link}" if entry.link else ""
+            groups[f"known {c.outcome.value} ({entry.reason}{link})"].append(c.id)
+    if not groups:
+        return []
+    lines = ["## Failures the baseline expects", ""]
+    for reason, ids in sorted(groups.items()):
+        more = f" and {len(ids) - SHOWN} more" if len(ids) > SHOWN else ""
+        lines.append(f"- {reason}: {len(ids)} cells, e.g. {', '.join(f'`{i}`' for i in ids[:SHOWN])}{more}")
+    return [*lines, ""]
 
 
 def harness_errors(cells: list[CellResult]) -> list[str]:
@@ -130,9 +255,6 @@ def render_markdown(
     what explains the non-passes (FINDINGS.md beside this file)."""
     known = known or {}
     findings = findings or []
-    by_check: dict[str, list[CellResult]] = defaultdict(list)
-    for cell in cells:
-        by_check[str(cell.axes.get("check", "roundtrip"))].append(cell)
     counts: dict[str, int] = defaultdict(int)
     for cell in cells:
         counts[cell.outcome.value] += 1
@@ -155,27 +277,14 @@ def render_markdown(
             "upstream record and a reproduction without this suite: [FINDINGS.md](FINDINGS.md).",
             "",
         ]
+    judged = judge_cells(cells, findings)
     lines += harness_errors(cells)
-    lines += _summary(cells, known)
-    lines += _features(cells, known, findings)
-    titles = {name: check.title for name, check in CHECKS.items()}  # their order is the report's
-    for check in [c for c in titles if c in by_check] + sorted(set(by_check) - set(titles)):
-        table = _markdown(check_table(check, by_check[check], known))
-        lines += [f"## {titles.get(check, check)}", "", table, ""]
+    lines += _summary(cells, known, judged)
+    lines += _features(cells, known, findings, judged)
+    lines += _findings(cells, findings, judged)
     ordered = sorted(cells, key=lambda c: c.id)
-    problems = [c for c in ordered if c.outcome in FAILING and c.outcome not in NEVER_EXPECTED]
-    if problems:
-        lines += ["## Cells that did not pass", ""]
-        for c in problems:
-            entry = known.get(c.id)
-            tag = (
-                f"known {c.outcome.value} ({entry.reason}{', ' + entry.link if entry.link else ''})"
-                if entry
-                else c.outcome.value
-            )
-            why = "".join(f" [{f.kind}: {f.id}]" for f in explaining(c, findings))
-            lines.append(f"- `{c.id}`: {tag}{why}: {first_line(c.detail)}")
-        lines.append("")
+    lines += _checks(cells)
+    lines += _known(ordered, known)
     reruns = warm_world_reruns(ordered)
     if reruns:
         lines += [
@@ -188,6 +297,12 @@ def render_markdown(
         ]
         lines += [f"- `{c.id}`: {c.outcome.value}: {c.detail.splitlines()[0]}" for c in reruns]
         lines.append("")
+    lines += [
+        "The grid of every check (a row per strategy, a column per world size; interop the square "
+        "save x load grid) and every cell with its detail and repro command: [matrix.html](matrix.html) "
+        "and results.json.",
+        "",
+    ]
     reasons: dict[tuple[str, str], list[str]] = defaultdict(list)
     for c in ordered:
         if c.outcome in (Outcome.SKIP, Outcome.UNSUPPORTED):

@@ -14,6 +14,7 @@ from conformance.case import Case
 from conformance.check.base import Feature, GridCells, ReshardCells
 from conformance.check.registry import CHECKS
 from conformance.outcome import FAILING, CellResult, Outcome
+from conformance.report.impact import Judged, worst_of
 
 Table = tuple[list[str], list[list[str]]]
 
@@ -124,8 +125,12 @@ def counts_for(feature: Feature, cell: CellResult) -> str:
 
 SUPPORT_WORDS = {
     "yes": "every cell of the feature that ran passed",
-    "partial p/n": "p of the n cells that ran passed",
-    "no": "no cell that ran passed (known no: every failure is one the baseline expects)",
+    "corrupts, loses, drifts, refuses, crashes, hangs": "no cell that ran passed; the word is how bad "
+    "the worst of their differences is (conformance.observed.IMPACTS), with where it holds when "
+    "that is not everywhere (CPU only) and the finding behind it",
+    "partial p/n, <impact>": "p of the n cells that ran passed; the worst of the others",
+    "known <impact>": "every failure is one the baseline expects",
+    "no": "no cell that ran passed (a run rendered without findings)",
     "unsupported": "the feature is not supported by design for this strategy",
     "skip": "its cells cannot run in this environment (see the reasons)",
     "unknown": "the run has no cell for it: not tested, which is not a no",
@@ -133,8 +138,12 @@ SUPPORT_WORDS = {
 }
 
 
-def support(cells: list[CellResult], known: Mapping[str, Any]) -> str:
-    """One word for how a strategy does on one feature, over the cells that test it."""
+def support(
+    cells: list[CellResult], known: Mapping[str, Any], judged: Mapping[str, Judged] | None = None
+) -> str:
+    """One word for how a strategy does on one feature, over the cells that test it; where some
+    failed, how bad the worst is (`judged`: report.impact.judge_cells), its scope when not
+    everywhere, and the finding behind it in brackets."""
     if not cells:
         return "unknown"
     if any(c.outcome is Outcome.HARNESS_ERROR for c in cells):
@@ -145,10 +154,19 @@ def support(cells: list[CellResult], known: Mapping[str, Any]) -> str:
     good = sum(map(passed, ran))
     if good == len(ran):
         return "yes"
-    if good:
-        return f"partial {good}/{len(ran)}"
     failing = [c for c in ran if c.outcome in FAILING]
-    return "known no" if failing and all(c.id in known for c in failing) else "no"
+    bad = worst_of(failing, judged) if judged else None
+    if bad is None:
+        return (
+            f"partial {good}/{len(ran)}"
+            if good
+            else ("known no" if failing and all(c.id in known for c in failing) else "no")
+        )
+    text = bad.impact + (f" ({bad.scope})" if bad.scope and bad.scope != "all devices" else "")
+    text += f" [{bad.finding}]" if bad.finding else ""
+    if good:
+        return f"partial {good}/{len(ran)}, {text}"
+    return f"known {text}" if all(c.id in known for c in failing) else text
 
 
 NO_FEATURE_CELLS = (
@@ -167,12 +185,16 @@ def feature_cells(cells: list[CellResult]) -> dict[tuple[str, str], list[CellRes
     return tested
 
 
-def feature_table(cells: list[CellResult], known: Mapping[str, Any]) -> Table:
+def feature_table(
+    cells: list[CellResult], known: Mapping[str, Any], judged: Mapping[str, Judged] | None = None
+) -> Table:
     """Strategies (rows) by features (columns); see features() and SUPPORT_WORDS."""
     columns = features()
     tested = feature_cells(cells)
     strategies = sorted({strategy for strategy, _ in tested})
-    body = [[s, *(support(tested.get((s, f.name), []), known) for _, f in columns)] for s in strategies]
+    body = [
+        [s, *(support(tested.get((s, f.name), []), known, judged) for _, f in columns)] for s in strategies
+    ]
     return ["strategy", *(f.name for _, f in columns)], body
 
 
@@ -189,20 +211,46 @@ def summary_group(row: str, registered: set[str]) -> str:
 NOTHING_RAN = ("unsupported", "unknown", "skip")
 
 
-def summary_table(cells: list[CellResult], known: Mapping[str, Any]) -> tuple[Table, list[str]]:
+def summary_table(
+    cells: list[CellResult], known: Mapping[str, Any], judged: Mapping[str, Judged] | None = None
+) -> tuple[Table, list[str]]:
     """The first screen, "what works": a row per wrapper family x API (a registered strategy x
     kind), each feature over every cell of its strategy rows; and the rows in which nothing ran
     (every entry unsupported, unknown or skip), folded into a list."""
     columns = features()
+    grouped = _summary_cells(cells)
+    single = one_cause_rows(cells, judged) if judged else {}
+    body, folded = [], []
+    for group in sorted({g for g, _ in grouped}):
+        words = [support(grouped.get((group, f.name), []), known, judged) for _, f in columns]
+        if all(w in NOTHING_RAN for w in words):
+            folded.append(group)
+        elif group not in single:
+            body.append([group, *words])
+    return (["wrapper family / strategy, API", *(f.name for _, f in columns)], body), folded
+
+
+def _summary_cells(cells: list[CellResult]) -> dict[tuple[str, str], list[CellResult]]:
     registered = {str(c.axes.get("strategy")) for c in cells if c.axes.get("strategy")}
     grouped: dict[tuple[str, str], list[CellResult]] = defaultdict(list)
     for (row, feature), tested in feature_cells(cells).items():
         grouped[(summary_group(row, registered), feature)] += tested
-    body, folded = [], []
-    for group in sorted({g for g, _ in grouped}):
-        words = [support(grouped.get((group, f.name), []), known) for _, f in columns]
-        if all(w in NOTHING_RAN for w in words):
-            folded.append(group)
-        else:
-            body.append([group, *words])
-    return (["wrapper family / strategy, API", *(f.name for _, f in columns)], body), folded
+    return grouped
+
+
+def one_cause_rows(cells: list[CellResult], judged: Mapping[str, Judged]) -> dict[str, tuple[int, Judged]]:
+    """The summary rows whose every cell that ran failed, all explained by one and the same
+    finding: row -> (how many ran, that cause). The tables show such a row as its one cause."""
+    rows: dict[str, dict[str, CellResult]] = defaultdict(dict)
+    for (group, _), tested in _summary_cells(cells).items():
+        rows[group].update((c.id, c) for c in tested)
+    out = {}
+    for group, by_id in rows.items():
+        ran = [c for c in by_id.values() if c.outcome not in NOT_RUN]
+        causes = {judged[c.id].findings if c.id in judged else None for c in ran}
+        if len(ran) > 1 and len(causes) == 1:
+            (cause,) = causes
+            bad = worst_of(ran, judged)
+            if cause is not None and len(cause) == 1 and bad is not None and bad.explained:
+                out[group] = (len(ran), bad)
+    return out

@@ -46,6 +46,6 @@ def write_reports(
     write_results(out / "results.json", results_document(env, results))
     known = known_failures(results, baseline)
     (out / "matrix.md").write_text(render_markdown(env, results, known, findings))
-    (out / "matrix.html").write_text(render_html(env, results, known))
+    (out / "matrix.html").write_text(render_html(env, results, known, findings))
     if findings:
         (out / "FINDINGS.md").write_text(render_findings(env, results, findings))

@@ -185,11 +185,14 @@ def worker(rank, tmp):
         )
         res = {label: run_case(rank, strat, shape) for label, (strat, shape, _) in CASES.items()}
         res["_dsd"] = dsd_probe(rank)  # last: on 2.13 only rank 1 raises, nothing runs after it
-        dist.destroy_process_group()
     except Exception:
         res = {"setup_error": traceback.format_exc()}
     with open(os.path.join(tmp, f"rank{rank}.json"), "w") as f:
         json.dump(res, f)
+    # No teardown: after only rank 1 raised in get_state_dict, destroying the group can
+    # abort the process in gloo's threads ("terminate called without an active exception",
+    # SIGABRT) before anything is written, and the script would say 2. Write, then leave at once.
+    os._exit(0)
 
 
 def main():

@@ -1,0 +1,120 @@
+"""A known "no" must not hide a new one (issue 25): the gate judges every difference and error
+of a cell the baseline expects to fail, and the tables say how bad the worst one is.
+
+Each cell runs for real in a world of the pool; the baseline is written from one run with
+`render_baseline` (what --update-baseline writes) and read back with `load_baseline`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from conformance.baseline import judge, load_baseline, render_baseline
+from conformance.case import Case
+from conformance.findings import load_findings
+from conformance.outcome import CellResult, Outcome
+from conformance.report.impact import judge_cells
+from conformance.runner import run_case
+from conformance.strategy.builtin import builtin_strategy
+from conformance.world import WorldPool
+from tests import broken
+
+# every tensor of it comes back bit-exact; AdamW's betas come back a list (dsd-full-betas-list)
+DSD_FULL = Case("fsdp2", "shard", "dsd_full", "dcp", "adamw", "mlp", 2)
+SHARDED = Case("fsdp2", "shard", "dsd_sharded", "torch_save_per_rank", "adamw", "mlp", 2)
+FINDINGS = load_findings()
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[WorldPool]:
+    with WorldPool() as pool:
+        yield pool
+
+
+def _run(pool: WorldPool, case: Case, factory: Callable, timeout_s: float = 60) -> CellResult:
+    return run_case(pool, case, backend="gloo", timeout_s=timeout_s, strategy_factory=factory)
+
+
+def _baseline(tmp_path: Path, result: CellResult, findings: list = FINDINGS):  # type: ignore[no-untyped-def]
+    path = tmp_path / "baseline.toml"
+    path.write_text(render_baseline([result], "test", findings=findings))
+    return load_baseline(path, findings=findings)
+
+
+def test_the_known_drift_is_recorded_per_difference(pool: WorldPool, tmp_path: Path) -> None:
+    known = _run(pool, DSD_FULL, builtin_strategy)
+    assert known.outcome is Outcome.FAIL, known.detail
+    kinds = {(r.scope, r.kind, r.key) for r in known.records}
+    assert ("full state", "type", "param_groups/0/betas") in kinds
+    assert {r.kind for r in known.records} == {"type"}
+    entry = _baseline(tmp_path, known).entries[DSD_FULL.id]
+    assert entry.findings == ("dsd-full-betas-list",) and entry.unexplained == ()
+
+
+def test_a_second_real_difference_inside_a_known_failure_fails_the_gate(
+    pool: WorldPool, tmp_path: Path
+) -> None:
+    baseline = _baseline(tmp_path, _run(pool, DSD_FULL, builtin_strategy))
+    worse = _run(pool, DSD_FULL, broken.zeroes_moments)
+    assert worse.outcome is Outcome.FAIL  # the same outcome word as the known failure
+    verdict = judge(worse, baseline.entries[DSD_FULL.id], baseline.findings)
+    assert verdict.fails_the_gate and verdict.kind == "new_difference", verdict.message
+    assert "exp_avg" in verdict.message and "values in full state" in verdict.message
+    assert "first at index" in verdict.message
+    # the same differences again (a second run of the known failure) hold the gate
+    again = judge(_run(pool, DSD_FULL, builtin_strategy), baseline.entries[DSD_FULL.id], baseline.findings)
+    assert again.kind == "known", again.message
+
+
+def test_unexplained_differences_are_remembered_by_signature(pool: WorldPool, tmp_path: Path) -> None:
+    """A strategy of one's own has no findings: its known differences are kept as signatures;
+    the same ones hold the gate, one more fails it."""
+    drift = _run(pool, SHARDED, broken.tuples_become_lists)
+    assert drift.outcome is Outcome.FAIL, drift.detail
+    baseline = _baseline(tmp_path, drift, findings=[])
+    entry = baseline.entries[SHARDED.id]
+    assert entry.findings == () and any("betas" in s for s in entry.unexplained)
+    assert judge(_run(pool, SHARDED, broken.tuples_become_lists), entry, []).kind == "known"
+    verdict = judge(_run(pool, SHARDED, broken.zeroes_moments), entry, [])
+    assert verdict.kind == "new_difference" and "exp_avg" in verdict.message, verdict.message
+
+
+def test_a_known_error_whose_exception_changes_fails_the_gate(pool: WorldPool, tmp_path: Path) -> None:
+    known = _run(pool, SHARDED, broken.load_raises_key_error)
+    assert known.outcome is Outcome.ERROR, known.detail
+    (record,) = known.records
+    assert (record.kind, record.key) == ("error", "strategy.load") and record.message.startswith("KeyError")
+    baseline = _baseline(tmp_path, known, findings=[])
+    entry = baseline.entries[SHARDED.id]
+    assert judge(_run(pool, SHARDED, broken.load_raises_key_error), entry, []).kind == "known"
+    changed = judge(_run(pool, SHARDED, broken.load_raises_value_error), entry, [])
+    assert changed.kind == "new_difference" and "ValueError" in changed.message, changed.message
+
+
+def test_an_outcome_only_entry_keeps_its_old_meaning(pool: WorldPool, tmp_path: Path) -> None:
+    path = tmp_path / "old.toml"
+    path.write_text(f'["{DSD_FULL.id}"]\noutcome = "fail"\nreason = "betas"\n')
+    baseline = load_baseline(path, findings=FINDINGS)
+    assert baseline.outcome_only == (DSD_FULL.id,)
+    worse = _run(pool, DSD_FULL, broken.zeroes_moments)
+    assert judge(worse, baseline.entries[DSD_FULL.id], baseline.findings).kind == "known"
+
+
+@pytest.mark.parametrize(
+    ("factory", "case", "impact"),
+    [
+        (broken.nudges_one_element, SHARDED, "corrupts"),
+        (broken.forgets_optimizer, SHARDED, "loses"),
+        (broken.tuples_become_lists, SHARDED, "drifts"),
+        (broken.load_raises_key_error, SHARDED, "refuses"),
+        (broken.crashes_on_save, SHARDED, "crashes"),
+        (broken.hangs_on_load, SHARDED, "hangs"),
+    ],
+    ids=lambda v: getattr(v, "__name__", None) if callable(v) else None,
+)
+def test_each_impact_class_is_classified(pool: WorldPool, factory: Callable, case: Case, impact: str) -> None:
+    result = _run(pool, case, factory, timeout_s=20 if impact == "hangs" else 60)
+    assert result.outcome is not Outcome.PASS, result.detail
+    assert judge_cells([result], [])[result.id].impact == impact, result.records
