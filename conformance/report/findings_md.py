@@ -10,13 +10,17 @@ from typing import Any
 from conformance.findings import CLASSES, Finding, attribute
 from conformance.observed import IMPACTS, Observed
 from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult
+from conformance.report.tables import config
 
 SHOWN_OPEN = 8  # more cells than this go in a folded list
 
 
 def _cells(cells: list[CellResult]) -> list[str]:
-    listed = [f"  - `{c.id}`: {c.outcome.value}" for c in cells]
-    if len(cells) <= SHOWN_OPEN:
+    return _listed([f"  - `{c.id}`: {c.outcome.value}" for c in cells])
+
+
+def _listed(listed: list[str]) -> list[str]:
+    if len(listed) <= SHOWN_OPEN:
         return listed
     return ["", "<details><summary>the cells</summary>", "", *listed, "", "</details>"]
 
@@ -42,8 +46,11 @@ def _finding(finding: Finding, cells: list[CellResult]) -> list[str]:
         lines.append(
             f"- reproduce without this suite: `python {finding.repro}`{needs}; exits 1 while the bug is present"
         )
-    verb = "marks" if finding.marks else "explains"
-    lines.append(f"- cells of this run it {verb}: {len(cells)}")
+    if finding.marks:  # the rows it marks, not thousands of cells
+        rows = sorted({config(c) for c in cells})
+        lines.append(f"- cells of this run it marks: {len(cells)}, in {len(rows)} strategy rows")
+        return [*lines, *_listed([f"  - `{r}`" for r in rows]), ""]
+    lines.append(f"- cells of this run it explains: {len(cells)}")
     return [*lines, *_cells(cells), ""]
 
 
