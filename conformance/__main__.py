@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"cannot read the findings: {exc}", file=sys.stderr)
         return 2
+    if "strategy_descriptions" not in environment:  # results written before the run recorded them
+        environment["strategy_descriptions"] = _descriptions(environment.get("strategies", {}))
     out = args.output or args.results.with_name("matrix.md")
     ordered = sorted(cells, key=lambda c: c.id)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -127,6 +129,18 @@ def _history(
         target.write_text(update_finding_versions(target.read_text(), tables, findings))
         print(f"updated the torch versions of each finding in {target}")
     return 0
+
+
+def _descriptions(names: dict[str, object]) -> dict[str, str]:
+    """What the installed registered strategies of these names say they run (render of an older
+    results.json): the entry points', where they load."""
+    from conformance.strategy.registry import build_registry
+
+    try:
+        known = build_registry([]).descriptions()
+    except Exception:  # an entry point that does not load: no descriptions, the tables still render
+        return {}
+    return {name: text for name, text in known.items() if name in names}
 
 
 def _diff(old_path: Path, new_path: Path) -> int:

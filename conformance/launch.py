@@ -270,6 +270,7 @@ def _finish(
         matrix=args.matrix,
         args=sys.argv[1:],
         strategies=registry.versions(),
+        descriptions=registry.descriptions(),
     )
     env["launcher"] = {"torchrun": True, "world_size": int(os.environ["WORLD_SIZE"])}
     write_reports(args.out, env, results)

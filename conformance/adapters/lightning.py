@@ -128,7 +128,9 @@ FABRIC_FSDP = RegisteredStrategy(
     ),
     storage="fabric",
     requires=("lightning",),
-    description="lightning.fabric.strategies.FSDPStrategy save_checkpoint / load_checkpoint",
+    description="lightning.fabric.strategies.FSDPStrategy save_checkpoint / load_checkpoint; on the CPU a "
+    "configuration Fabric itself refuses (FSDP needs a GPU at its front end): the adapter builds the "
+    "strategy object inside the world's process group",
 )
 FABRIC_MODEL_PARALLEL = RegisteredStrategy(
     name="lightning_fabric_model_parallel",
@@ -252,5 +254,7 @@ TRAINER_FSDP = RegisteredStrategy(
     storage="trainer",
     requires=("lightning",),
     description="lightning.pytorch.strategies.FSDPStrategy as the Trainer drives it "
-    "(lightning_module_state_dict, optimizer_state, save_checkpoint, load_checkpoint)",
+    "(lightning_module_state_dict, optimizer_state, save_checkpoint, load_checkpoint); on the CPU a "
+    'configuration the Trainer itself refuses ("FSDP is only available on GPU"): the adapter builds '
+    "the strategy object inside the world's process group",
 )

@@ -126,6 +126,7 @@ class ResultCollector:
             args=list(self.config.invocation_params.args),
             hypothesis=_hypothesis_settings(self.config),
             strategies=self.config.stash[REGISTRY_KEY].versions(),
+            descriptions=self.config.stash[REGISTRY_KEY].descriptions(),
         )
         if baseline is not None:
             env["baseline"] = {"path": baseline.path, "sha256": baseline.sha256, "profile": baseline.profile}

@@ -37,6 +37,7 @@ def environment(
     args: list[str],
     hypothesis: dict[str, Any] | None = None,
     strategies: dict[str, dict[str, str | None]] | None = None,
+    descriptions: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The run's metadata. `strategies`: each registered strategy's required frameworks and
     their installed versions (None: not installed), also in `variant.frameworks`. `series` names what makes runs comparable (hardware kind, backend);
@@ -66,6 +67,7 @@ def environment(
         "variant": variant,
         "hypothesis": hypothesis or {},
         "strategies": strategies or {},
+        "strategy_descriptions": descriptions or {},  # what each registered strategy runs, and how
         "suite_version": conformance.__version__,
         "suite_commit": suite_commit(),
         "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -280,6 +280,11 @@ def render_markdown(
     judged = judge_cells(cells, findings)
     lines += harness_errors(cells)
     lines += _summary(cells, known, judged)
+    described = env.get("strategy_descriptions") or {}
+    if described:
+        lines += ["Registered strategies (rows of their own):", ""]
+        lines += [f"- `{name}`: {text}" for name, text in sorted(described.items())]
+        lines.append("")
     lines += _features(cells, known, findings, judged)
     lines += _findings(cells, findings, judged)
     ordered = sorted(cells, key=lambda c: c.id)

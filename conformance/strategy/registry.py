@@ -163,6 +163,10 @@ class Registry:
         """name -> the versions of what it requires: the run metadata's frameworks."""
         return {name: s.versions() for name, s in sorted(self.strategies.items())}
 
+    def descriptions(self) -> dict[str, str]:
+        """name -> what it runs and how (the reports say it beside its rows)."""
+        return {name: s.description for name, s in sorted(self.strategies.items()) if s.description}
+
 
 def entry_point_strategies() -> dict[str, str]:
     """Entry-point name -> its value (module:attr), for the `conformance.strategies` group."""
