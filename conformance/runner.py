@@ -86,7 +86,7 @@ def _not_here(cell: Cell, backend: str, registered: RegisteredStrategy | None) -
         reason = registered.unsupported_reason(cell)
         if reason:
             return Outcome.UNSUPPORTED, reason
-        reason = registered.skip_reason()
+        reason = registered.skip_reason(cell, backend)
         if reason:
             return Outcome.SKIP, reason
     if isinstance(cell, Transfer):

@@ -7,6 +7,12 @@ set them). Its state is a process-wide singleton; each wrapped model gets an Acc
 its own (the trained one and the fresh one of a cell), made after resetting that singleton,
 so that `save_state` and `load_state` see one model, one optimizer and one scheduler, as in
 a training script.
+
+On the CPU Accelerate never runs its FSDP code: AcceleratorState (accelerate/state.py) sets
+DistributedType.FSDP only for GPU-like distributed types, and prepares DDP on MULTI_CPU, with
+no warning and no documented setting to change it (finding accelerate-fsdp-plugin-ignored-on-cpu).
+So on gloo its cells are skips that say so (`cpu_skip`), but one witness cell, which shows the
+fallback; on a GPU runner (nccl) every cell runs.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 from torch import nn
 
 from conformance.adapters import ADAPTER_MODELS, saved_model_state
-from conformance.case import Case
+from conformance.case import Case, Transfer
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.world import RankContext
@@ -94,6 +100,22 @@ class AccelerateFsdp:
         return load_file(path / "model.safetensors")
 
 
+# The one cell that still runs on the CPU: it shows what Accelerate does there instead.
+CPU_WITNESS = "accelerate_fsdp-fsdp2-full-accelerate-adamw-mlp-w2"
+CPU_REASON = (
+    "Accelerate runs its FSDP checkpoint code only on GPU-like devices: accelerate/state.py sets "
+    "DistributedType.FSDP for MULTI_GPU, MULTI_XPU, MULTI_NPU and the like, never MULTI_CPU, and on "
+    "the CPU prepares DistributedDataParallel, ignoring the FSDP plugin; no documented setting "
+    f"changes that. The cell {CPU_WITNESS} shows it (finding accelerate-fsdp-plugin-ignored-on-cpu); "
+    "the rest run on a GPU runner (nccl)"
+)
+
+
+def cpu_skip(cell: Case | Transfer, backend: str) -> str | None:
+    """On gloo (the CPU) every cell but the witness is a skip saying why."""
+    return CPU_REASON if backend == "gloo" and cell.id != CPU_WITNESS else None
+
+
 ACCELERATE_FSDP = RegisteredStrategy(
     name="accelerate_fsdp",
     factory=AccelerateFsdp,  # a class is a factory Case -> strategy
@@ -112,5 +134,7 @@ ACCELERATE_FSDP = RegisteredStrategy(
     ),
     storage="accelerate",
     requires=("accelerate",),
-    description="accelerate.Accelerator(fsdp_plugin=...) save_state / load_state",
+    description="accelerate.Accelerator(fsdp_plugin=...) save_state / load_state; on the CPU Accelerate "
+    f"prepares DDP instead, so its cells there are skips but one ({CPU_WITNESS}), which shows that",
+    skips_on=cpu_skip,
 )

@@ -78,7 +78,9 @@ class RegisteredStrategy:
     own), or a name: a built-in storage's picks that one, any other word is its own format
     (OwnFormat: the checks then damage and inspect only what any files allow). requires:
     distribution names it needs; when one is missing, every cell of the strategy is a skip
-    naming it."""
+    naming it. skips_on: (cell, backend) -> why that cell cannot run with that backend, or None
+    (a framework that runs its code under test only on GPUs skips its cells on gloo, saying
+    why, instead of failing them)."""
 
     name: str
     factory: Callable[[Case], Strategy]
@@ -86,6 +88,7 @@ class RegisteredStrategy:
     storage: Storage | str = "native"
     requires: tuple[str, ...] = ()
     description: str = ""
+    skips_on: Callable[[Case | Transfer, str], str | None] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name) or self.name == "builtin":
@@ -104,10 +107,14 @@ class RegisteredStrategy:
         """The installed version of each required distribution (None: not installed)."""
         return {dist: installed_version(dist) for dist in self.requires}
 
-    def skip_reason(self) -> str | None:
+    def skip_reason(self, cell: Case | Transfer | None = None, backend: str = "") -> str | None:
+        """Why a cell of it cannot run here: a framework it needs is missing, or (skips_on) the
+        cell cannot run with this backend."""
         missing = [d for d, v in self.versions().items() if v is None]
         if missing:
             return f"{self.name} needs {', '.join(missing)} (pip install {' '.join(missing)})"
+        if self.skips_on is not None and cell is not None:
+            return self.skips_on(cell, backend)
         return None
 
     def unsupported_reason(self, cell: Case | Transfer) -> str | None:
