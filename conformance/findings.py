@@ -206,11 +206,14 @@ class Attribution:
 
 
 def record_impact(record: Observed, found: tuple[Finding, ...] | list[Finding]) -> str:
-    """A record's impact. A finding that selects its records by kind or key states the impact of
-    those it explains (it has looked at them: a scheduler left as built differs in values, and
-    is lost state, not corrupted). Otherwise the record's kind decides
-    (conformance.observed.IMPACT_OF_KIND); a check's own verdict (sanity, hygiene, accepted
-    damage) has none: the worst its findings declare, and the worst of all while none explains it."""
+    """A record's impact. An error, crash or hang is what it is (refuses, crashes, hangs). A
+    finding that selects its records by kind or key states the impact of the differences it
+    explains (it has looked at them: a scheduler left as built differs in values, and is lost
+    state, not corrupted). Otherwise the record's kind decides (IMPACT_OF_KIND); a check's own
+    verdict (sanity, hygiene, accepted damage) has none: the worst its findings declare, and the
+    worst of all while none explains it."""
+    if record.kind in EVENT_KINDS:  # an error refuses, a crash crashes, a hang hangs: loud, whatever
+        return record.impact or "refuses"
     precise = [f.impact for f in found if f.selects]
     return worst(precise) or record.impact or worst(f.impact for f in found) or "corrupts"
 

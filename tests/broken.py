@@ -569,3 +569,16 @@ load_raises_value_error = _factory(LoadRaisesValueError, "load_raises_value_erro
 hangs_on_load = _factory(HangsOnLoad, "hangs_on_load")
 tuples_become_lists = _factory(TuplesBecomeLists, "tuples_become_lists")
 crashes_on_save = _factory(CrashesOnSave, "crashes_on_save")
+
+
+# The gate per difference through pytest, as a maintainer runs it: the same registered strategy
+# (one name, so one baseline) before and after a change that zeroes AdamW's moments on load.
+_FSDP2_FULL_ADAMW = Supports(
+    wrappers=(("fsdp2", "shard"),), kinds=("full",), checks=("roundtrip",), optimizers=("adamw",)
+)
+full_drift_only = _registered(None, "full_drift_only")
+full_drift_and_zeroed_moments = _registered(ZeroesMoments, "full_drift_and_zeroed_moments")
+FULL_DRIFT = RegisteredStrategy("fulldsd", full_drift_only, _FSDP2_FULL_ADAMW, storage="dcp")
+FULL_DRIFT_ZEROED = RegisteredStrategy(
+    "fulldsd", full_drift_and_zeroed_moments, _FSDP2_FULL_ADAMW, storage="dcp"
+)

@@ -118,3 +118,26 @@ def test_each_impact_class_is_classified(pool: WorldPool, factory: Callable, cas
     result = _run(pool, case, factory, timeout_s=20 if impact == "hangs" else 60)
     assert result.outcome is not Outcome.PASS, result.detail
     assert judge_cells([result], [])[result.id].impact == impact, result.records
+
+
+def test_the_gate_through_pytest_names_a_new_difference_in_a_known_failure(tmp_path: Path) -> None:
+    """As a maintainer runs it: a registered strategy whose cells already fail on the betas
+    drift writes its baseline with --update-baseline; the same strategy, changed to zero AdamW's
+    moments after its load, fails the gate, naming exp_avg; unchanged, it passes the gate."""
+    from tests.test_plugin import run_cases
+
+    baseline = tmp_path / "baseline.toml"
+    select = ("--strategy", "tests.broken:FULL_DRIFT", "--matrix", "ci", "-k", "test_roundtrip", "-n", "0")
+    code, results, log = run_cases(
+        tmp_path, *select, "--baseline", str(baseline), "--update-baseline", name="write"
+    )
+    failing = [c for c in results["cells"] if c["outcome"] == "fail"]
+    assert failing and all({o["kind"] for o in c["observed"]} == {"type"} for c in failing), log
+    assert 'findings = ["dsd-full-betas-list"]' not in baseline.read_text()  # not a cell of that finding
+    assert "param_groups/0/betas" in baseline.read_text()  # remembered by signature
+    code, _, log = run_cases(tmp_path, *select, "--baseline", str(baseline), name="same")
+    assert code == 0, log
+    zeroed = ("--strategy", "tests.broken:FULL_DRIFT_ZEROED", *select[2:])
+    code, _, log = run_cases(tmp_path, *zeroed, "--baseline", str(baseline), name="zeroed")
+    assert code == 1, log
+    assert "new difference: values in full state, key optim/fc1.weight/exp_avg" in log, log
