@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -99,15 +100,27 @@ def word(cell: CellResult, known: Mapping[str, Any] | None = None) -> str:
     return tables.word(cell, known).split()[0]
 
 
+_FINDING = re.compile(r"^(.*) \[([a-z0-9-]+)\]$")
+
+
+def _word(value: str) -> str:
+    """A table word; an impact's finding ("drifts [id]") one click away, in FINDINGS.md."""
+    match = _FINDING.match(value)
+    if not match:
+        return html.escape(value)
+    text, finding = match.groups()
+    return (
+        f'<a href="FINDINGS.md#{html.escape(finding)}" title="{html.escape(finding)}">{html.escape(text)}</a>'
+    )
+
+
 def _table(table: tables.Table, caption: str) -> str:
     """A table of words, each cell coloured by its first word (yes, partial, no, ...)."""
     headers, rows = table
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join(
         "<tr>"
-        + "".join(
-            f'<td class="w-{html.escape(v.split()[0]) if v else "none"}">{html.escape(v)}</td>' for v in row
-        )
+        + "".join(f'<td class="w-{html.escape(v.split()[0]) if v else "none"}">{_word(v)}</td>' for v in row)
         + "</tr>"
         for row in rows
     )
