@@ -8,9 +8,15 @@ its own (the trained one and the fresh one of a cell), made after resetting that
 so that `save_state` and `load_state` see one model, one optimizer and one scheduler, as in
 a training script.
 
-On the CPU Accelerate never runs its FSDP code: AcceleratorState (accelerate/state.py) sets
-DistributedType.FSDP only for GPU-like distributed types, and prepares DDP on MULTI_CPU, with
-no warning and no documented setting to change it (finding accelerate-fsdp-plugin-ignored-on-cpu).
+On the CPU Accelerate never runs its FSDP code: AcceleratorState (accelerate/state.py, 1.15.0)
+sets DistributedType.FSDP only for the accelerator types (MULTI_GPU, MLU, SDAA, MUSA, NPU, XPU,
+HPU, NEURON) and prepares DDP on MULTI_CPU, with no warning (finding
+accelerate-fsdp-plugin-ignored-on-cpu); without cpu=True a machine without an accelerator runs
+as DistributedType.NO, one process. No setting changes it: ACCELERATE_USE_FSDP is read only in
+the accelerator branch, `accelerate launch` refuses --cpu with --use_fsdp ("You can only use one
+of --cpu, ... --use_fsdp at a time"), and Accelerate's own FSDP tests require a non-CPU device
+(@require_non_cpu). Forcing it means writing its private singleton state, which no user is told
+to do.
 So on gloo its cells are skips that say so (`cpu_skip`), but one witness cell, which shows the
 fallback; on a GPU runner (nccl) every cell runs.
 """
