@@ -54,6 +54,14 @@ def worst(impacts: Any) -> str | None:
     return ranked[0] if ranked else None
 
 
+# What a baseline keeps of an event's message: an error's exception type, a crash's signal or
+# exit code (not which ranks, nor how long a hang waited)
+_EVENT_HEAD = {
+    "error": lambda message: message.split(":", 1)[0],
+    "crash": lambda message: message.split(" (", 1)[0].split(";", 1)[0],
+}
+
+
 @dataclass(frozen=True)
 class Observed:
     """One difference or error of a cell.
@@ -89,7 +97,7 @@ class Observed:
         difference that grows or shrinks is still the same difference); of an error, crash or
         hang the exception type or signal, not the rank (which rank raises first may vary)."""
         event = self.kind in EVENT_KINDS
-        head = self.message.split(":", 1)[0] if event else ""
+        head = _EVENT_HEAD.get(self.kind, lambda m: "")(self.message)
         rank = "" if self.rank is None or event else f"rank {self.rank} "
         return " | ".join(p for p in (f"{rank}{self.scope}", self.kind, self.key, head) if p)
 

@@ -141,3 +141,28 @@ def test_the_gate_through_pytest_names_a_new_difference_in_a_known_failure(tmp_p
     code, _, log = run_cases(tmp_path, *zeroed, "--baseline", str(baseline), name="zeroed")
     assert code == 1, log
     assert "new difference: values in full state, key optim/fc1.weight/exp_avg" in log, log
+
+
+def test_a_signature_keeps_what_a_difference_is_not_how_big_or_where_an_event_struck() -> None:
+    """The numbers of elements, which rank raised or died first and how long a hang waited do
+    not change what the baseline remembers; the key, kind, scope, exception and signal do."""
+    from conformance.observed import Observed
+
+    values = Observed("full state", "values", "optim/fc1.weight/exp_avg", None, "values differ", 3, (0, 1))
+    assert (
+        values.signature
+        == Observed("full state", "values", "optim/fc1.weight/exp_avg", None, "x", 9, (2,)).signature
+    )
+    assert values.signature != Observed("full state", "values", "optim/fc1.weight/exp_avg_sq").signature
+    error = Observed("load phase", "error", "strategy.load", 1, "KeyError: 0")
+    assert error.signature == Observed("load phase", "error", "strategy.load", 0, "KeyError: 'x'").signature
+    assert error.signature != Observed("load phase", "error", "strategy.load", 1, "ValueError: 0").signature
+    crash = Observed("cell", "crash", "", 1, "was killed by SIGSEGV (exit code -11); also rank 0 exited")
+    assert (
+        crash.signature == Observed("cell", "crash", "", 0, "was killed by SIGSEGV (exit code -11)").signature
+    )
+    assert (
+        crash.signature != Observed("cell", "crash", "", 0, "was killed by SIGABRT (exit code -6)").signature
+    )
+    hang = Observed("cell", "hang", "", None, "timed out after 60 s; ranks [0] did not finish")
+    assert hang.signature == Observed("cell", "hang", "", None, "timed out after 20 s; ranks [1]").signature
