@@ -75,7 +75,9 @@ def test_page_in_a_headless_browser_renders_and_filters(tmp_path: Path) -> None:
     dom = _dump_dom(browser, page, "")
     assert "3 of 3 cells shown" in dom  # the script ran
     features = dom.split('id="features"', 1)[1].split("</table>", 1)[0]
-    assert '<td class="w-partial">partial 1/2, refuses</td>' in features  # the feature table: the error refuses
+    assert (
+        '<td class="w-partial">partial 1/2, refuses</td>' in features
+    )  # the feature table: the error refuses
     assert '<td class="w-unknown">unknown</td>' in features  # a feature nothing here tests
     assert len(_visible_rows(dom)) == 3
     dom = _dump_dom(browser, page, "?outcome=error")
