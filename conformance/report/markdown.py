@@ -5,29 +5,31 @@ grid per check and every cell's detail live in matrix.html and results.json."""
 
 from __future__ import annotations
 
-import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from conformance.check.registry import CHECKS
-from conformance.findings import Finding, attribute
-from conformance.observed import EVENT_KINDS, IMPACTS
-from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome, first_line
-from conformance.report.impact import SEVERE, Judged, judge_cells, short_scope
+from conformance.findings import Finding
+from conformance.observed import IMPACTS
+from conformance.outcome import NEVER_EXPECTED, CellResult, Outcome, first_line
+from conformance.report.impact import Judged, judge_cells
+from conformance.report.summary_md import (
+    checks_section,
+    findings_section,
+    known_section,
+    pipe_table,
+    table_word,
+)
 from conformance.report.tables import (
     NO_FEATURE_CELLS,
     NOTHING_RAN,
     SUPPORT_WORDS,
-    Table,
     config,
     feature_table,
     features,
     one_cause_rows,
     summary_table,
 )
-
-SHOWN = 3  # cell ids shown per finding; the rest are in FINDINGS.md and results.json
 
 LEGEND = (
     "pass: every compared value bitwise equal after the round trip. "
@@ -45,32 +47,6 @@ LEGEND = (
     "saved copy (from one rank-0 file that is rank 0's, from per-rank files its own, from DCP the copy DCP "
     "kept); the same rule for every strategy, built-in or registered."
 )
-
-
-def _link(word: str) -> str:
-    """A table word as Markdown: an impact's finding ("drifts [id]") one click away, silent
-    data loss in bold, a failing outcome in capitals."""
-    match = _FINDING.search(word)
-    if match:
-        text = word[: match.start()].rstrip()
-        shown = f"**{text}**" if any(text.startswith(s) or f", {s}" in text for s in SEVERE) else text
-        return f"[{shown}](FINDINGS.md#{match.group(1)})"
-    if word in BOLD or any(word.startswith(s) or f", {s}" in word for s in SEVERE):
-        return f"**{word.upper() if word in BOLD else word}**"
-    return word
-
-
-_FINDING = re.compile(r"\[([a-z0-9-]+)\]$")
-BOLD = {o.value for o in FAILING} | {"no"}
-
-
-def _markdown(table: Table) -> str:
-    """A pipe table without padding (GitHub and every code host render it; padding made the
-    tables megabytes)."""
-    headers, rows = table
-    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(_link(v) for v in row) + " |" for row in rows]
-    return "\n".join(out)
 
 
 def _deprecated(cells: list[CellResult], findings: list[Finding]) -> set[str]:
@@ -92,7 +68,7 @@ def _summary(cells: list[CellResult], known: Mapping[str, Any], judged: Mapping[
         "strategy, follows. Where a feature fails, the word is how bad the worst difference is "
         "(worst first: " + ", ".join(IMPACTS) + "), and links to the finding behind it.",
         "",
-        _markdown((headers, rows)) if rows else "(nothing ran)",
+        pipe_table((headers, rows)) if rows else "(nothing ran)",
         "",
     ]
     if single:
@@ -100,7 +76,7 @@ def _summary(cells: list[CellResult], known: Mapping[str, Any], judged: Mapping[
         for group, (ran, bad) in sorted(single.items()):
             where = f", {bad.scope}" if bad.scope and bad.scope != "all devices" else ""
             lines.append(
-                f"- {group}: all {ran} cells that ran: {_link(f'{bad.impact}{where} [{bad.finding}]')} "
+                f"- {group}: all {ran} cells that ran: {table_word(f'{bad.impact}{where} [{bad.finding}]')} "
                 f"(`{bad.finding}`)"
             )
         lines.append("")
@@ -130,7 +106,7 @@ def _features(
         + "; ".join(f"{f.name}: {f.meaning}" for _, f in features())
         + ".",
         "",
-        _markdown(table) if table[1] else NO_FEATURE_CELLS,
+        pipe_table(table) if table[1] else NO_FEATURE_CELLS,
         "",
     ]
     if idle:
@@ -139,86 +115,6 @@ def _features(
             "",
         ]
     return lines
-
-
-def _findings(cells: list[CellResult], findings: list[Finding], judged: Mapping[str, Judged]) -> list[str]:
-    """The findings with how many cells of this run each explains, then the non-passes grouped
-    by the findings that explain them, and every difference no finding explains."""
-    failing = sorted((c for c in cells if c.id in judged), key=lambda c: c.id)
-    if not failing:
-        return []
-    by_finding: dict[str, list[str]] = defaultdict(list)
-    for c in failing:
-        for fid in judged[c.id].findings:
-            by_finding[fid].append(c.id)
-    rows = [
-        [f.title + f" [{f.id}]", f.kind, f.impact, short_scope(f.scope), str(len(by_finding[f.id]))]
-        for f in findings
-        if by_finding.get(f.id)
-    ]
-    lines = [
-        "## Findings and the non-passes they explain",
-        "",
-        "Each finding ([FINDINGS.md](FINDINGS.md): what it is, upstream, a reproduction without this "
-        "suite), how bad it is at worst, where it holds, and how many cells of this run it explains "
-        "(a cell with differences of two causes counts for both).",
-        "",
-        _markdown((["finding", "class", "impact", "scope", "cells"], rows)),
-        "",
-    ]
-    for f in findings:
-        ids = by_finding.get(f.id)
-        if ids:
-            shown = ", ".join(f"`{i}`" for i in ids[:SHOWN])
-            more = f" and {len(ids) - SHOWN} more" if len(ids) > SHOWN else ""
-            lines.append(f"- `{f.id}` ({len(ids)}): {shown}{more}")
-    lines.append("")
-    attributions = {c.id: attribute(c, findings) for c in failing}
-    open_cells = [c for c in failing if not attributions[c.id].explained]
-    lines += ["## Differences no finding explains", ""]
-    if not open_cells:
-        lines += ["None: every difference and error of this run is explained by a finding.", ""]
-        return lines
-    lines += [f"{len(open_cells)} cells: each needs a finding, or a fix.", ""]
-    for c in open_cells:
-        records = attributions[c.id].unexplained or c.records
-        event = not records or records[0].kind in EVENT_KINDS
-        first = first_line(c.detail) if event else records[0].line.splitlines()[0][:240]
-        more = f" (and {len(records) - 1} more)" if len(records) > 1 else ""
-        lines.append(f"- `{c.id}`: {c.outcome.value}: {first}{more}")
-    return [*lines, ""]
-
-
-def _checks(cells: list[CellResult]) -> list[str]:
-    """A line per check: its title and how its cells ended (the grids are in matrix.html)."""
-    by_check: dict[str, Counter[str]] = defaultdict(Counter)
-    for cell in cells:
-        by_check[str(cell.axes.get("check", "roundtrip"))][cell.outcome.value] += 1
-    titles = {name: check.title for name, check in CHECKS.items()}
-    order = [c for c in titles if c in by_check] + sorted(set(by_check) - set(titles))
-    words = [o.value for o in Outcome]
-    rows = [
-        [titles.get(c, c), str(sum(by_check[c].values())), *(str(by_check[c][w]) for w in words)]
-        for c in order
-    ]
-    return ["## Checks", "", _markdown((["check", "cells", *words], rows)), ""]
-
-
-def _known(cells: list[CellResult], known: Mapping[str, Any]) -> list[str]:
-    """The failures the baseline expects, by their outcome and reason."""
-    groups: dict[str, list[str]] = defaultdict(list)
-    for c in cells:
-        entry = known.get(c.id)
-        if entry is not None:
-            link = f", {entry.link}" if entry.link else ""
-            groups[f"known {c.outcome.value} ({entry.reason}{link})"].append(c.id)
-    if not groups:
-        return []
-    lines = ["## Failures the baseline expects", ""]
-    for reason, ids in sorted(groups.items()):
-        more = f" and {len(ids) - SHOWN} more" if len(ids) > SHOWN else ""
-        lines.append(f"- {reason}: {len(ids)} cells, e.g. {', '.join(f'`{i}`' for i in ids[:SHOWN])}{more}")
-    return [*lines, ""]
 
 
 def harness_errors(cells: list[CellResult]) -> list[str]:
@@ -286,10 +182,10 @@ def render_markdown(
         lines += [f"- `{name}`: {text}" for name, text in sorted(described.items())]
         lines.append("")
     lines += _features(cells, known, findings, judged)
-    lines += _findings(cells, findings, judged)
+    lines += findings_section(cells, findings, judged)
     ordered = sorted(cells, key=lambda c: c.id)
-    lines += _checks(cells)
-    lines += _known(ordered, known)
+    lines += checks_section(cells)
+    lines += known_section(ordered, known)
     reruns = warm_world_reruns(ordered)
     if reruns:
         lines += [
