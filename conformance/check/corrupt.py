@@ -22,9 +22,9 @@ from pathlib import Path
 
 from conformance.case import Case
 from conformance.check.base import CaseCells, Check, Feature, Under
-from conformance.check.phases import PhaseError, Phases
+from conformance.check.phases import PhaseError, Phases, observed_of
 from conformance.check.slices import Slice
-from conformance.check.transfer import LoadSpec, SaveSpec, load_phase, observed_of, save_phase
+from conformance.check.transfer import LoadSpec, SaveSpec, load_phase, save_phase
 from conformance.observed import verdict
 from conformance.outcome import Outcome
 from conformance.strategy.storage import Storage

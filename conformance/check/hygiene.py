@@ -24,11 +24,11 @@ from conformance.case import Case
 from conformance.check import snapshot
 from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.compare import compare_states
-from conformance.check.phases import PhaseError, Phases
+from conformance.check.phases import PhaseError, Phases, observed_of
 from conformance.check.roundtrip import StrategyFactory, limit_lines
 from conformance.check.slices import MAIN_WRAPPERS, MODELS, Slice
 from conformance.check.snapshot import Snapshot
-from conformance.check.transfer import SaveSpec, observed_of, save_phase
+from conformance.check.transfer import SaveSpec, save_phase
 from conformance.models import build_model
 from conformance.observed import verdict
 from conformance.outcome import Outcome

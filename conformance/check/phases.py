@@ -40,6 +40,11 @@ class PhaseError(Exception):
         return self.outcome is Outcome.ERROR and self.raised_in in calls
 
 
+def observed_of(*phases: list[dict[str, Any]]) -> list[Observed]:
+    """Every record the ranks of some phases returned (their values' "observed")."""
+    return [o for values in phases for value in values for o in value.get("observed", ())]
+
+
 @dataclass
 class Phases:
     pool: CellPool
@@ -47,8 +52,8 @@ class Phases:
     timeout_s: float
     seed: int
     reruns: list[tuple[str, CellRun]] = field(default_factory=list)  # phases the pool ran again
-    # every difference the check found, as records (conformance.observed); errors, crashes and
-    # hangs are read from the detail by the runner
+    # every difference and error the check found, as records (conformance.observed): run() adds
+    # a phase's error, crash or hang; the check adds what its ranks returned (observed_of)
     observed: list[Observed] = field(default_factory=list)
 
     def run(self, phase: str, size: int, fn: CellFn, arg: Any, *, other_world: bool = False) -> list[Any]:

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from conformance.case import Case
 from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.compare import compare_states, first_of_each_kind
-from conformance.check.phases import PhaseError, Phases
+from conformance.check.phases import PhaseError, Phases, observed_of
 from conformance.check.roundtrip import (
     StrategyFactory,
     VacuousCheckError,
@@ -124,7 +124,7 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
     except PhaseError as exc:
         return exc.outcome, exc.detail
     failures = [line for value in b for line in value["failures"]]
-    phases.observed += [o for value in b for o in value.get("observed", ())]
+    phases.observed += observed_of(b)
     if failures:
         total = sum(value["failure_count"] for value in b)
         return (

@@ -25,8 +25,8 @@ import torch.distributed as dist
 from conformance.case import Case
 from conformance.check.base import CaseCells, Check, Feature, StrategyFactory, Under
 from conformance.check.compare import compare_states, first_of_each_kind
-from conformance.check.phases import STATUS_OUTCOMES, Phases
-from conformance.check.sanity import sharding_problems
+from conformance.check.phases import STATUS_OUTCOMES, Phases, observed_of
+from conformance.check.sanity import sanity_records, sharding_problems
 from conformance.check.slices import (
     ALL_WRAPPERS,
     EVERY_WRAPPER_AND_API,
@@ -40,7 +40,7 @@ from conformance.check.slices import (
 )
 from conformance.check.snapshot import Snapshot, count_elements, full_state, local_state
 from conformance.models import build_model
-from conformance.observed import from_detail, verdict
+from conformance.observed import from_detail
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.protocol import Strategy, TrainState
@@ -147,7 +147,7 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
     train(trained.model, trained.optim, trained.scheduler, ctx, case.model, steps=train_steps(case.optimizer))
     failures = sharding_problems(case, ctx, trained.model)
-    observed = [verdict("sanity", p.removeprefix("sanity: "), ctx.rank) for p in failures]
+    observed = sanity_records(failures, ctx.rank)
     before_local = local_state(trained.model, trained.optim, trained.scheduler)
     before_full = full_state(trained.model, trained.optim, trained.scheduler, ctx, sharded=sharded)
     if ctx.rank == 0:  # the whole state: a rank whose shard is empty may hold no optimizer state
@@ -211,7 +211,7 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
         phases.observed += from_detail(run.status, run.detail)
         return STATUS_OUTCOMES[run.status], run.detail
     failures = [line for value in run.values for line in value["failures"]]
-    phases.observed += [o for value in run.values for o in value.get("observed", ())]
+    phases.observed += observed_of(run.values)
     if failures:
         total = sum(value["failure_count"] for value in run.values)
         return Outcome.FAIL, f"{total} differences after the round trip:\n" + "\n".join(failures)

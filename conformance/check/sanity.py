@@ -17,6 +17,7 @@ from conformance.case import Case
 from conformance.check.compare import compare_tensors
 from conformance.check.snapshot import local_tensor
 from conformance.models import total_elements
+from conformance.observed import Observed, verdict
 from conformance.strategy.wrappers import shard_group_size
 from conformance.world import RankContext
 
@@ -56,3 +57,8 @@ def sharding_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[st
                 )
                 break
     return [f"sanity: {p}" for p in problems]
+
+
+def sanity_records(problems: list[str], rank: int, scope: str = "") -> list[Observed]:
+    """sharding_problems' lines as records of the cell (scope: "sanity" unless said)."""
+    return [verdict("sanity", p.removeprefix("sanity: "), rank, scope=scope) for p in problems]

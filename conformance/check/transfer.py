@@ -21,7 +21,7 @@ from conformance.case import Case, Transfer
 from conformance.check.base import Under
 from conformance.check.canonical import canonical_state
 from conformance.check.compare import compare_states, first_of_each_kind
-from conformance.check.phases import PhaseError, Phases
+from conformance.check.phases import PhaseError, Phases, observed_of
 from conformance.check.roundtrip import (
     StrategyFactory,
     VacuousCheckError,
@@ -31,10 +31,9 @@ from conformance.check.roundtrip import (
     limit_lines,
     load_checkpoint,
 )
-from conformance.check.sanity import sharding_problems
+from conformance.check.sanity import sanity_records, sharding_problems
 from conformance.check.snapshot import Snapshot, count_elements
 from conformance.models import build_model
-from conformance.observed import Observed, verdict
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.under_test import LOADING_CALLS, strategy_under_test
@@ -77,7 +76,7 @@ def save_phase(ctx: RankContext, spec: SaveSpec) -> dict[str, Any]:
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
     train(trained.model, trained.optim, trained.scheduler, ctx, case.model, steps=train_steps(case.optimizer))
     problems = sharding_problems(case, ctx, trained.model)
-    observed = [verdict("sanity", p.removeprefix("sanity: "), ctx.rank) for p in problems]
+    observed = sanity_records(problems, ctx.rank)
     expected = _canonical(trained, case, ctx)
     strategy.save(trained, Path(spec.directory), ctx)
     return {"problems": problems, "expected": expected, "observed": observed}
@@ -100,9 +99,7 @@ def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
     # all load the same values are caught by the sanity check, run again on the loaded model.
     insane = sharding_problems(case, ctx, fresh.model)
     problems = [f"after the load, {p}" for p in insane]
-    observed = [
-        verdict("sanity", p.removeprefix("sanity: "), ctx.rank, scope="sanity after the load") for p in insane
-    ]
+    observed = sanity_records(insane, ctx.rank, scope="sanity after the load")
     after = _canonical(fresh, case, ctx)
     if after is None:
         return {"problems": problems, "failures": [], "observed": observed}
@@ -147,11 +144,6 @@ def execute(phases: Phases, transfer: Transfer, under: Under) -> Verdict:
     where = f"saved by {save.config} in {save.world_size} ranks, loaded by {load.config} in {load.world_size}"
     note = f" (declared unable to load: {refusal}; it loaded every value right)" if refusal else ""
     return load_verdict(problems, loaded, where, note)
-
-
-def observed_of(*phases: list[dict[str, Any]]) -> list[Observed]:
-    """Every record the ranks of some phases returned."""
-    return [o for values in phases for value in values for o in value.get("observed", ())]
 
 
 def load_verdict(problems: list[str], loaded: list[dict[str, Any]], where: str, note: str = "") -> Verdict:
