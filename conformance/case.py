@@ -30,11 +30,20 @@ API_KINDS: dict[str, str] = {
     "dsd_full_bcast": "full",  # cpu_offload=True, broadcast_from_rank0 on load
     "dsd_sharded": "sharded",
     "dsd_sharded_offload": "sharded",
+    # flatten_optimizer_state_dict=True: param groups keyed by parameter name (pipeline stages)
+    "dsd_full_flat": "full",
+    "dsd_sharded_flat": "sharded",
 }
 
 # Axis values that are the default of their wrapper family are left out of the id to keep it
 # short; they are still in `axes()` and in results.json.
-DEFAULT_SHARDING: dict[str, str] = {"ddp": "replicate", "fsdp2": "shard", "plain": "none"}
+DEFAULT_SHARDING: dict[str, str] = {
+    "ddp": "replicate",
+    "fsdp2": "shard",
+    "plain": "none",
+    "tp": "tp",
+    "pp": "stages",
+}
 DEFAULT_PRECISION = "fp32"
 KINDS = ("full", "local", "sharded")
 
@@ -43,8 +52,12 @@ KINDS = ("full", "local", "sharded")
 class Case:
     """The axes of one cell. Field order is the sort order of the matrix."""
 
-    wrapper: str  # ddp | fsdp1 | fsdp1+orig | fsdp2 | fsdp2+noreshard (family+option)
-    sharding: str  # replicate (ddp) | full_shard, ..., hybrid_shard (fsdp1) | shard, hsdp (fsdp2)
+    # ddp | fsdp1 | fsdp1+orig | fsdp2 | fsdp2+noreshard | fsdp2+ac | fsdp2+compile |
+    # fsdp2+offload | tp | pp (family+option)
+    wrapper: str
+    # replicate (ddp) | full_shard, ..., hybrid_shard (fsdp1) | shard, hsdp, tp (dp x tp),
+    # hsdp_tp (replicate x shard x tp) (fsdp2) | tp (tp) | stages (pp)
+    sharding: str
     api: str  # a key of API_KINDS
     storage: str  # torch_save | torch_save_per_rank | dcp
     optimizer: str  # sgd | adam | adamw | adamw+groups | adamw+sched
@@ -57,7 +70,8 @@ class Case:
     # api is the state-dict kind it is asked for (full, sharded, local), its storage its own.
     strategy: str = ""
     # HSDP's (replicate, shard) mesh as "RxS", e.g. "1x4"; "" is (2, world_size / 2), the mesh
-    # the matrix had before the axis existed (an id names only other meshes)
+    # the matrix had before the axis existed (an id names only other meshes). FSDP2 + TP's
+    # (dp, tp) mesh "DxT", HSDP + TP's (replicate, shard, tp) "RxSxT".
     mesh: str = ""
 
     def __post_init__(self) -> None:
@@ -71,18 +85,38 @@ class Case:
         if self.world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {self.world_size}")
         if self.mesh and (
-            len(self.mesh.split("x")) != 2
+            len(self.mesh.split("x")) not in (2, 3)
             or not all(d.isdigit() and int(d) > 0 for d in self.mesh.split("x"))
         ):
-            raise ValueError(f"mesh {self.mesh!r}: give replicate x shard, e.g. 2x2")
+            raise ValueError(f"mesh {self.mesh!r}: give 2 or 3 sizes, e.g. 2x2 or 2x1x2")
 
     @property
     def hsdp_shape(self) -> tuple[int, int]:
         """HSDP's (replicate, shard) mesh: the mesh axis, or (2, world_size / 2) by default."""
         if self.mesh:
-            replicate, shard = (int(d) for d in self.mesh.split("x"))
+            replicate, shard = (int(d) for d in self.mesh.split("x")[:2])
             return replicate, shard
         return 2, self.world_size // 2
+
+    @property
+    def mesh_shape(self) -> tuple[int, ...]:
+        """The device mesh: the mesh axis's sizes, else HSDP's default, else all ranks in one."""
+        if self.mesh:
+            return tuple(int(d) for d in self.mesh.split("x"))
+        return (
+            self.hsdp_shape
+            if self.sharding in ("hsdp", "hybrid_shard", "hybrid_shard_zero2")
+            else (self.world_size,)
+        )
+
+    def data_rank(self, rank: int) -> int:
+        """Which data-parallel replica's batches a rank trains on: every rank of one
+        tensor-parallel group, and every stage of one pipeline, the same ones."""
+        if self.family in ("tp", "pp"):
+            return 0
+        if self.sharding in ("tp", "hsdp_tp"):
+            return rank // self.mesh_shape[-1]
+        return rank
 
     @property
     def kind(self) -> str:
@@ -100,6 +134,12 @@ class Case:
         family, _, option = self.wrapper.partition("+")
         token = family if DEFAULT_SHARDING.get(family) == self.sharding else f"{family}_{self.sharding}"
         return f"{token}+{option}" if option else token
+
+    @property
+    def layout(self) -> str:
+        """How the model is spread: wrapper token, mesh, world size (fsdp2_tp-mesh2x2-w4)."""
+        mesh = f"-mesh{self.mesh}" if self.mesh else ""
+        return f"{self.wrapper_token}{mesh}-w{self.world_size}"
 
     @property
     def config(self) -> str:
@@ -143,12 +183,21 @@ class Transfer:
     load: Case
 
     def __post_init__(self) -> None:
-        if self.check not in ("reshard", "interop"):
-            raise ValueError(f"unknown transfer check {self.check!r}: reshard or interop")
+        if not self.check.isidentifier():  # the transfer checks are the registry's (check.registry)
+            raise ValueError(f"a transfer's check is a check's name, got {self.check!r}")
 
     @property
     def world_size(self) -> int:
         return self.save.world_size
+
+    def data_rank(self, rank: int) -> int:
+        """Which data-parallel replica's batches a rank trains on: every rank of one
+        tensor-parallel group, and every stage of one pipeline, the same ones."""
+        if self.family in ("tp", "pp"):
+            return 0
+        if self.sharding in ("tp", "hsdp_tp"):
+            return rank // self.mesh_shape[-1]
+        return rank
 
     @property
     def kind(self) -> str:
@@ -166,9 +215,12 @@ class Transfer:
 
     @property
     def id(self) -> str:
-        """reshard-<save cell>-to-w<M>; interop-<save config>-to-<load config>-<optimizer>-<model>-w<N>."""
+        """reshard-<save cell>-to-w<M>; relayout-<save cell>-to-<load layout>;
+        interop-<save config>-to-<load config>-<optimizer>-<model>-w<N>."""
         if self.check == "reshard":
             return f"reshard-{self.save.id}-to-w{self.load.world_size}"
+        if self.check == "relayout":
+            return f"relayout-{self.save.id.removeprefix('relayout-')}-to-{self.load.layout}"
         return f"interop-{self.save.config}-to-{self.load.config}-{self.save.optimizer}-{self.save.model}-w{self.world_size}"
 
     def axes(self) -> dict[str, str | int]:
@@ -181,8 +233,9 @@ class Transfer:
         n, m = self.save.world_size, self.load.world_size
         out["direction"] = "grow" if m > n else "shrink" if m < n else "same"
         out["storage_change"] = "yes" if self.save.storage != self.load.storage else "no"
-        for key in ("wrapper", "sharding", "api", "kind", "storage", "family"):
+        for key in ("wrapper", "sharding", "api", "kind", "storage", "family", "mesh"):
             out[f"load_{key}"] = self.load.axes()[key]
+        out["layout"], out["load_layout"] = self.save.layout, self.load.layout
         return out
 
 

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from conformance.generated import MODEL_PREFIX, generated_model
+from conformance.lm import TinyLlama
 
 BATCH = 4
 
@@ -36,6 +37,28 @@ class UnevenMLP(nn.Module):
     @staticmethod
     def loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return nn.functional.mse_loss(out.float(), target)
+
+    @staticmethod
+    def tp_plan() -> dict[str, object]:
+        """Megatron's MLP pair: fc1 column-wise, fc2 row-wise (24 divides by 2 and 4 ranks);
+        fc3 stays replicated."""
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        return {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
+
+
+class ScalarAndCounter(UnevenMLP):
+    """The MLP with what real models carry beside weight matrices: a learnable 0-dim parameter
+    (a logit scale) and an integer buffer (a step counter, counted up by every forward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logit_scale = nn.Parameter(torch.tensor(1.25))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.steps += 1
+        return super().forward(x) * self.logit_scale
 
 
 class TiedTransformer(nn.Module):
@@ -198,6 +221,8 @@ MODELS: dict[str, type[nn.Module]] = {
     "frozen_idle": FrozenAndIdle,
     "mlp_nonpersistent": NonPersistentBuffer,
     "mlp_reshaped": ReshapedMLP,
+    "mlp_scalar": ScalarAndCounter,
+    "llama": TinyLlama,
 }
 
 

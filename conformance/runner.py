@@ -62,10 +62,21 @@ def cell_backend(choice: str, cell: Cell, gpus: int) -> str:
 GPU_ONLY_APIS = {"legacy_full_rank0_init": "FSDP1 sync_module_states=True refuses CPU modules"}
 
 
+# Wrappers that need an accelerator: FSDP2's CPUOffloadPolicy moves parameters to the device
+# for compute and raises "Cannot access accelerator device when none is available" without
+# one (torch 2.13, fully_shard with offload_policy=CPUOffloadPolicy() on a CPU-only machine).
+GPU_ONLY_WRAPPERS = {
+    "fsdp2+offload": "FSDP2's CPUOffloadPolicy needs an accelerator to compute on: 'Cannot access "
+    "accelerator device when none is available'"
+}
+
+
 def environment_skip(case: Case, backend: str) -> str | None:
     """Why this cell cannot run here, or None."""
     if backend == "gloo" and case.api in GPU_ONLY_APIS:
         return f"needs a GPU (nccl): {GPU_ONLY_APIS[case.api]}"
+    if backend == "gloo" and case.wrapper in GPU_ONLY_WRAPPERS:
+        return f"needs a GPU (nccl): {GPU_ONLY_WRAPPERS[case.wrapper]}"
     if backend == "nccl":
         visible = len(visible_gpus())
         if visible < case.world_size:

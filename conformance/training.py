@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from conformance.case import Case
 from conformance.generated import ScheduleSpec, is_generated_optimizer
 from conformance.models import has_idle_parameters, model_class
 from conformance.world import RankContext
@@ -90,26 +91,35 @@ def train(
     optim: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None,
     ctx: RankContext,
-    model_name: str,
+    case: Case,
     steps: int = TRAIN_STEPS,
     start_step: int = 0,
 ) -> list[float]:
-    """A few steps on per-rank batches; returns the per-step losses. The batch of a step
-    depends on (cell seed, rank, step) only: a resumed run from `start_step` sees the same
-    data as the run it resumes."""
-    cls = model_class(model_name)
+    """A few steps on per-replica batches; returns the per-step losses. The batch of a step
+    depends on (cell seed, data-parallel rank, step) only: a resumed run from `start_step`
+    sees the same data as the run it resumes, and the ranks of one tensor-parallel group or
+    one pipeline see the same batches, as they must (Case.data_rank)."""
+    cls = model_class(case.model)
+    data_rank = case.data_rank(ctx.rank)
     losses = []
     for step in range(start_step, start_step + steps):
-        gen = torch.Generator().manual_seed(ctx.seed * 1_000_003 + ctx.rank * 1009 + step)
+        gen = torch.Generator().manual_seed(ctx.seed * 1_000_003 + data_rank * 1009 + step)
         x, y = (t.to(ctx.device) for t in cls.batch(gen))  # type: ignore[attr-defined]
         # the wrapped model is the strategy's: its forward and backward run the wrapper's hooks
         # (FSDP's lazy init and checks, DDP's reducer), code under test
         with code_under_test("the wrapped model's forward and backward"):
-            loss = cls.loss(model(x), y)  # type: ignore[attr-defined]
-            loss.backward()
-        optim.step()
-        optim.zero_grad(set_to_none=True)
-        if scheduler is not None:
-            scheduler.step()
+            step_of = getattr(model, "pipeline_step", None)  # a pipeline stage runs its schedule
+            if step_of is not None:
+                loss = step_of(x, y)
+            else:
+                loss = cls.loss(model(x), y)  # type: ignore[attr-defined]
+                loss.backward()
+        # the optimizer steps on the wrapper's parameters and on what a load put into it: a
+        # step that raises on a loaded state (a param group that lost its "lr") is the cell's
+        with code_under_test("the optimizer step on the wrapped model's (or loaded) state"):
+            optim.step()
+            optim.zero_grad(set_to_none=True)
+            if scheduler is not None:
+                scheduler.step()
         losses.append(loss.item())
     return losses

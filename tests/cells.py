@@ -126,3 +126,12 @@ def environment(ctx: RankContext, name: str) -> dict[str, Any]:
     import sys
 
     return {"value": os.environ.get(name), "path": list(sys.path), "pid": os.getpid()}
+
+
+def poison_group_creation(ctx: RankContext, arg: Any) -> None:
+    """Rank 1's next process group creation kills it, then the cell errors: the world's next
+    cell asks for a fresh group, which rank 1 dies making, before that cell begins."""
+    if ctx.rank == 1:
+        dist.init_process_group = lambda *args, **kwargs: os._exit(5)  # type: ignore[assignment]
+    with code_under_test("strategy.load"):
+        raise ValueError("an error, so the next cell gets a fresh process group")

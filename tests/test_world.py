@@ -98,6 +98,17 @@ def test_hang_in_a_fresh_world_too_is_a_hang_with_both_runs(pool: WorldPool) -> 
     assert pool.started == started + 1  # one rerun, never a second
 
 
+def test_a_rank_dying_as_the_warm_world_remakes_its_group_is_not_the_cells_crash(pool: WorldPool) -> None:
+    """After an error the next cell gets a fresh process group; a rank that dies making it
+    died before the cell began: a fault of the world, so the cell runs in a fresh world."""
+    assert pool.run("gloo", 2, cells.poison_group_creation, None, timeout_s=TIMEOUT_S).status == "error"
+    run = pool.run("gloo", 2, cells.ok, "after", timeout_s=TIMEOUT_S)
+    assert run.status == "ok", run.detail
+    assert "re-creating the warm world's process group" in run.note
+    assert "then ran in a fresh world: ok" in run.note
+    assert "rank 1 exited with code 5" in run.first_run
+
+
 def test_error_on_rank1_comes_first_while_rank0_waits(pool: WorldPool) -> None:
     run = pool.run("gloo", 2, cells.raise_on_rank1, True, timeout_s=TIMEOUT_S)
     assert run.status == "error"

@@ -26,7 +26,7 @@ from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.compare import compare_states
 from conformance.check.phases import PhaseError, Phases, observed_of
 from conformance.check.roundtrip import StrategyFactory, limit_lines
-from conformance.check.slices import MAIN_WRAPPERS, MODELS, Slice
+from conformance.check.slices import LAYOUT_WRAPPERS, MAIN_WRAPPERS, MODELS, Slice
 from conformance.check.snapshot import Snapshot
 from conformance.check.transfer import SaveSpec, save_phase
 from conformance.models import build_model
@@ -150,14 +150,25 @@ HYGIENE_MODELS_SLICE = dataclasses.replace(
     HYGIENE_SLICE, apis=HYGIENE_CI_APIS, models=tuple(m for m in MODELS if m != "mlp"), precisions=("fp32",)
 )
 
+# The prefix problem: checkpoint_wrapper, torch.compile and 2-D meshes must not leak into the
+# names of a full checkpoint (FSDP2 with CPU offload and pipeline stages ride along).
+HYGIENE_LAYOUT_SLICE = Slice(
+    "key hygiene of parallel layouts",
+    LAYOUT_WRAPPERS,
+    ("dsd_full",),
+    storages=("hf_safetensors", "torch_save"),
+    models=("llama",),
+)
+HYGIENE_LAYOUT_CI_SLICE = dataclasses.replace(HYGIENE_LAYOUT_SLICE, storages=("torch_save",))
+
 CHECK = Check(
     name="hygiene",
     title="Key hygiene: the full checkpoint loads strict=True into the plain model",
     shape=CaseCells(
         {
-            "ci": ((HYGIENE_CI_SLICE, (2,)), (HYGIENE_MODELS_SLICE, (2,))),
-            "default": ((HYGIENE_CI_SLICE, (2,)), (HYGIENE_MODELS_SLICE, (2,))),
-            "full": ((HYGIENE_SLICE, (1, 2, 4)),),
+            "ci": ((HYGIENE_CI_SLICE, (2,)), (HYGIENE_MODELS_SLICE, (2,)), (HYGIENE_LAYOUT_CI_SLICE, (2,))),
+            "default": ((HYGIENE_CI_SLICE, (2,)), (HYGIENE_MODELS_SLICE, (2,)), (HYGIENE_LAYOUT_SLICE, (2,))),
+            "full": ((HYGIENE_SLICE, (1, 2, 4)), (HYGIENE_LAYOUT_SLICE, (2, 4))),
         },
     ),
     registered=True,

@@ -30,7 +30,7 @@ from conformance.check.roundtrip import (
     limit_lines,
     preload_hook,
 )
-from conformance.check.slices import MAIN_APIS, MAIN_WRAPPERS, Slice
+from conformance.check.slices import LAYOUT_WRAPPERS, MAIN_APIS, MAIN_WRAPPERS, Slice
 from conformance.check.snapshot import count_elements, full_state, local_state
 from conformance.observed import Observed
 from conformance.outcome import Outcome
@@ -50,7 +50,7 @@ class ResumeSpec:
 
 def _finish(state: Any, case: Case, ctx: RankContext) -> dict[str, Any]:
     start = train_steps(case.optimizer)
-    losses = train(state.model, state.optim, state.scheduler, ctx, case.model, start_step=start)
+    losses = train(state.model, state.optim, state.scheduler, ctx, case, start_step=start)
     sharded = flat_sharded(case, ctx.world_size)
     return {
         "losses": losses,
@@ -67,7 +67,7 @@ def run_a(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
         state.optim,
         state.scheduler,
         ctx,
-        spec.case.model,
+        spec.case,
         steps=train_steps(spec.case.optimizer),
     )
     holds: list[bool] = [False] * ctx.world_size  # a rank whose shard is empty may hold none
@@ -145,14 +145,28 @@ RESUME_IDLE_SLICE = dataclasses.replace(
     RESUME_SLICE, apis=("dsd_sharded", "sd_full"), models=("frozen_idle",)
 )
 
+# The parallel layouts, through the resharding format (pipeline stages: also flattened by name)
+RESUME_LAYOUT_SLICE = Slice(
+    "resume in parallel layouts",
+    LAYOUT_WRAPPERS,
+    ("dsd_sharded", "dsd_sharded_flat"),
+    storages=("dcp",),
+    optimizers=("adamw+sched",),
+    models=("llama",),
+)
+
 CHECK = Check(
     name="resume",
     title="Resume: the resumed run continues bitwise as the run it was saved from",
     shape=CaseCells(
         {
             "ci": ((RESUME_SLICE, (2,)), (RESUME_IDLE_SLICE, (2,))),
-            "default": ((RESUME_SLICE, (2,)), (RESUME_IDLE_SLICE, (2,))),
-            "full": ((RESUME_SLICE, (1, 2, 4)), (RESUME_IDLE_SLICE, (1, 2, 4))),
+            "default": ((RESUME_SLICE, (2,)), (RESUME_IDLE_SLICE, (2,)), (RESUME_LAYOUT_SLICE, (2,))),
+            "full": (
+                (RESUME_SLICE, (1, 2, 4)),
+                (RESUME_IDLE_SLICE, (1, 2, 4)),
+                (RESUME_LAYOUT_SLICE, (2, 4)),
+            ),
         }
     ),
     execute=execute,

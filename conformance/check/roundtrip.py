@@ -23,21 +23,25 @@ from typing import Any
 import torch.distributed as dist
 
 from conformance.case import Case
-from conformance.check.base import CaseCells, Check, Feature, StrategyFactory, Under
+from conformance.check.base import CaseCells, Check, StrategyFactory, Under
 from conformance.check.compare import compare_states, first_of_each_kind
 from conformance.check.phases import STATUS_OUTCOMES, Phases, observed_of
-from conformance.check.sanity import sanity_records, sharding_problems
-from conformance.check.slices import (
-    ALL_WRAPPERS,
-    EVERY_WRAPPER_AND_API,
-    EXPERT_MODELS,
-    HSDP_SHARDINGS,
-    MAIN_SLICE,
-    MAIN_WRAPPERS,
-    MODELS,
-    OPTIMIZERS,
-    Slice,
+from conformance.check.roundtrip_cells import (
+    FEATURES,
+    FLAT_WRAPPERS_AND_APIS,
+    HSDP_TP_SLICE,
+    HSDP_WRAPPERS_AND_APIS,
+    LAYOUT_CI_SLICE,
+    LAYOUT_SLICE,
+    MODEL_SLICE,
+    MOE_SLICE,
+    OPTIM_OFFLOAD_SLICE,
+    OPTIMIZER_SLICE,
+    PRECISION_SLICE,
+    TP_SLICE,
 )
+from conformance.check.sanity import sanity_records, sharding_problems
+from conformance.check.slices import EVERY_WRAPPER_AND_API, MAIN_SLICE
 from conformance.check.snapshot import Snapshot, count_elements, full_state, local_state
 from conformance.models import build_model
 from conformance.observed import from_detail
@@ -145,7 +149,7 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     strategy = strategy_under_test(spec.strategy_factory, case)
 
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
-    train(trained.model, trained.optim, trained.scheduler, ctx, case.model, steps=train_steps(case.optimizer))
+    train(trained.model, trained.optim, trained.scheduler, ctx, case, steps=train_steps(case.optimizer))
     failures = sharding_problems(case, ctx, trained.model)
     observed = sanity_records(failures, ctx.rank)
     before_local = local_state(trained.model, trained.optim, trained.scheduler)
@@ -224,52 +228,17 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
     )
 
 
-FLAT_WRAPPERS_AND_APIS = Slice(
-    "every 1-D wrapper x API x storage", tuple(w for w in ALL_WRAPPERS if w[1] not in HSDP_SHARDINGS)
-)
-HSDP_WRAPPERS_AND_APIS = Slice(
-    "HSDP x API x storage", tuple(w for w in ALL_WRAPPERS if w[1] in HSDP_SHARDINGS)
-)
-OPTIMIZER_SLICE = Slice(
-    "optimizers", MAIN_WRAPPERS, ("dsd_sharded", "sd_full", "sd_sharded"), optimizers=OPTIMIZERS
-)
-MODEL_SLICE = Slice(
-    "models", MAIN_WRAPPERS, ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"), models=MODELS
-)
-# The expert-parallelism recipe: experts sharded on sub-groups, the rest on the world. Its
-# seed row is fsdp1_full_shard-sd_sharded-torch_save_per_rank-adamw-moe (SHARDED_STATE_DICT,
-# one file per rank).
-MOE_SLICE = Slice(
-    "mixture of experts on expert-parallel sub-groups",
-    (("fsdp1", "full_shard"), ("fsdp1+orig", "full_shard"), ("fsdp2", "shard")),
-    models=EXPERT_MODELS,
-)
-PRECISION_SLICE = Slice(
-    "bf16 mixed precision",
-    MAIN_WRAPPERS,
-    ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"),
-    precisions=("bf16",),
-)
-# FSDP.optim_state_dict with the optimizer's state offloaded (its default) against without
-# (sd_full): on CPU, offloading hands back exp_avg equal to exp_avg_sq under use_orig_params.
-OPTIM_OFFLOAD_SLICE = Slice(
-    "FSDP1 optimizer-state offload",
-    (("fsdp1", "full_shard"), ("fsdp1+orig", "full_shard")),
-    ("sd_full", "sd_full_optim_offload"),
-    storages=("torch_save",),
-)
-
-
-def _basic(axes: Any) -> bool:
-    return axes["model"] == "mlp" and axes["precision"] == "fp32" and axes["world_size"] != 4
-
-
 CHECK = Check(
     name="roundtrip",
     title="Round trip: save, load into a fresh model, compare",
     shape=CaseCells(
         {
-            "ci": ((MAIN_SLICE, (2,)), (OPTIMIZER_SLICE, (2,)), (OPTIM_OFFLOAD_SLICE, (2,))),
+            "ci": (
+                (MAIN_SLICE, (2,)),
+                (OPTIMIZER_SLICE, (2,)),
+                (OPTIM_OFFLOAD_SLICE, (2,)),
+                (LAYOUT_CI_SLICE, (2,)),
+            ),
             "default": (
                 (FLAT_WRAPPERS_AND_APIS, (2,)),
                 (MAIN_SLICE, (4,)),
@@ -278,49 +247,27 @@ CHECK = Check(
                 (MODEL_SLICE, (2,)),
                 (MOE_SLICE, (4,)),  # the recipe is at 4 ranks; 2 ranks are in full
                 (PRECISION_SLICE, (2,)),
+                (LAYOUT_SLICE, (2,)),
+                (TP_SLICE, (4,)),  # every (dp, tp) mesh of 4 ranks
             ),
-            "full": tuple(
-                (slice_, (1, 2, 4))
-                for slice_ in (
-                    EVERY_WRAPPER_AND_API,
-                    OPTIMIZER_SLICE,
-                    MODEL_SLICE,
-                    MOE_SLICE,
-                    PRECISION_SLICE,
-                )
+            "full": (
+                *(
+                    (slice_, (1, 2, 4))
+                    for slice_ in (
+                        EVERY_WRAPPER_AND_API,
+                        OPTIMIZER_SLICE,
+                        MODEL_SLICE,
+                        MOE_SLICE,
+                        PRECISION_SLICE,
+                        LAYOUT_SLICE,
+                    )
+                ),
+                (HSDP_TP_SLICE, (8,)),
             ),
         }
     ),
     execute=execute,
-    features=(
-        Feature(
-            "round trip", "the mlp with AdamW at 1-2 ranks", lambda a: _basic(a) and a["optimizer"] == "adamw"
-        ),
-        Feature(
-            "optimizers",
-            "SGD, Adam, two param groups, an LR scheduler",
-            lambda a: _basic(a) and a["optimizer"] != "adamw",
-        ),
-        Feature("4 ranks", "the round trip at 4 ranks", lambda a: a["world_size"] == 4),
-        Feature(
-            "tied weights", "tied input and output embeddings", lambda a: a["model"] == "tied_transformer"
-        ),
-        Feature("buffers", "BatchNorm running stats and a frozen layer", lambda a: a["model"] == "bn_frozen"),
-        Feature(
-            "idle params", "a parameter that never got a gradient", lambda a: a["model"] == "frozen_idle"
-        ),
-        Feature(
-            "experts",
-            "MoE experts on sub-groups, under one name on every rank",
-            lambda a: a["model"] == "moe",
-        ),
-        Feature(
-            "named experts",
-            "MoE experts on sub-groups, each under a name of its own (DCP's advised layout)",
-            lambda a: a["model"] == "moe_named",
-        ),
-        Feature("bf16", "mixed precision keeps fp32 in the checkpoint", lambda a: a["precision"] == "bf16"),
-    ),
+    features=FEATURES,
     registered=True,
     properties=True,
 )

@@ -4,7 +4,10 @@ Checked after training, before the checkpoint: a rank of a sharded wrapper holds
 parameter elements than the whole model (a strategy that silently replicates fails), a rank of
 a replicated one holds all of them, and replicas (DDP ranks, NO_SHARD ranks, the same shard
 position in every HSDP replica group) hold bitwise-equal parameters (replicas that stopped
-syncing fail).
+syncing fail). Under tensor parallelism every weight the model's plan parallelizes is a
+DTensor sharded over the mesh dimension "tp" on every rank (not a replica); in a pipeline
+every rank holds its own stage's parameters, no two ranks the same one, all of them together
+the whole model.
 """
 
 from __future__ import annotations
@@ -15,11 +18,73 @@ from torch import nn
 
 from conformance.case import Case
 from conformance.check.compare import compare_tensors
-from conformance.check.snapshot import local_tensor
-from conformance.models import total_elements
+from conformance.check.snapshot import clean_name, local_tensor
+from conformance.models import build_model, model_class, total_elements
 from conformance.observed import Observed, verdict
 from conformance.strategy.wrappers import shard_group_size
 from conformance.world import RankContext
+
+TP_SHARDINGS = ("tp", "hsdp_tp")  # the shardings whose mesh's last dimension is "tp"
+
+
+def group_size(case: Case, world_size: int) -> int:
+    """Over how many ranks one copy of the parameters is spread: a pipeline's stages and a
+    tensor-parallel mesh spread one copy over every rank but HSDP's replicas."""
+    if case.family == "pp" or case.sharding == "tp":
+        return world_size
+    if case.sharding == "hsdp_tp":
+        _, shard, tp = case.mesh_shape
+        return shard * tp
+    return shard_group_size(case.sharding, world_size, case.hsdp_shape)
+
+
+def tp_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
+    """Every weight the model's plan parallelizes is, on this rank, a DTensor with a Shard
+    placement on a mesh dimension named "tp" (a replicated one is not tensor parallelism)."""
+    plan = getattr(model_class(case.model), "tp_plan", None)
+    if case.sharding not in TP_SHARDINGS or plan is None or ctx.world_size < 2:
+        return []
+    params = {clean_name(n): p for n, p in model.named_parameters()}
+    problems = []
+    for module in sorted(plan()):
+        param = params.get(f"{module}.weight")
+        mesh = getattr(param, "device_mesh", None)
+        names = list(getattr(mesh, "mesh_dim_names", None) or ())
+        placements = list(getattr(param, "placements", ()))
+        if "tp" not in names or not placements[names.index("tp")].is_shard():
+            how = (
+                "missing"
+                if param is None
+                else f"{type(param).__name__} placements {placements}, mesh dims {names}"
+            )
+            problems.append(
+                f"rank {ctx.rank}: {module}.weight is not a tensor-parallel shard over mesh dim 'tp' ({how}): "
+                "the plan parallelizes it (silently replicated?)"
+            )
+    return problems[:2]
+
+
+def stage_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
+    """Each pipeline stage holds its own parameters only: no name on two ranks, none empty,
+    the union the whole model's names. A collective."""
+    if case.family != "pp":
+        return []
+    mine = sorted(clean_name(n) for n, _ in model.named_parameters())
+    names: list[list[str]] = [[] for _ in range(ctx.world_size)]
+    dist.all_gather_object(names, mine)
+    problems = []
+    shared = sorted(set(mine) & {n for r, held in enumerate(names) if r != ctx.rank for n in held})
+    if shared:
+        problems.append(
+            f"rank {ctx.rank} holds {len(shared)} parameters another stage holds too, e.g. {shared[0]}"
+        )
+    if not mine:
+        problems.append(f"rank {ctx.rank}'s stage holds no parameters")
+    whole = {n for n, _ in build_model(case.model, 0).named_parameters()}
+    missing = sorted(whole - {n for held in names for n in held})
+    if missing and ctx.rank == 0:
+        problems.append(f"no stage holds {len(missing)} of the model's parameters, e.g. {missing[0]}")
+    return problems
 
 
 def sharding_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
@@ -29,7 +94,7 @@ def sharding_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[st
         return []
     pieces = [local_tensor(p) for p in model.parameters()]
     local, total = sum(p.numel() for p in pieces), total_elements(case.model)
-    group = shard_group_size(case.sharding, ctx.world_size, case.hsdp_shape)
+    group = group_size(case, ctx.world_size)
     gathered: list[list[torch.Tensor]] = [[] for _ in range(ctx.world_size)]
     dist.all_gather_object(gathered, pieces)
     counts = [sum(p.numel() for p in rank_pieces) for rank_pieces in gathered]
@@ -56,6 +121,7 @@ def sharding_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[st
                     f"rank {ctx.rank}'s parameter #{i} differs from replica rank {peer}'s: {message}"
                 )
                 break
+    problems += tp_problems(case, ctx, model) + stage_problems(case, ctx, model)
     return [f"sanity: {p}" for p in problems]
 
 

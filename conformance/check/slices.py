@@ -14,6 +14,20 @@ from conformance.strategy.storage import STORAGES as STORAGE_OBJECTS
 FSDP1_SHARDINGS = ("full_shard", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "shard_grad_op")
 FSDP2_SHARDINGS = ("hsdp", "shard")
 HSDP_SHARDINGS = ("hsdp", "hybrid_shard", "hybrid_shard_zero2")
+# The parallel layouts beyond data parallelism (conformance.strategy.parallel, .pipeline,
+# .prefixing): tensor parallelism alone; FSDP2 over it on a (dp, tp) mesh; FSDP2 over wrap
+# units that activation checkpointing or torch.compile wrapped; FSDP2 with CPUOffloadPolicy;
+# pipeline stages. HSDP + TP on a (replicate, shard, tp) mesh is in the full profile.
+TP_WRAPPERS: tuple[tuple[str, str], ...] = (("tp", "tp"), ("fsdp2", "tp"))
+PREFIXING_WRAPPERS: tuple[tuple[str, str], ...] = (("fsdp2+ac", "shard"), ("fsdp2+compile", "shard"))
+LAYOUT_WRAPPERS: tuple[tuple[str, str], ...] = (
+    *TP_WRAPPERS,
+    *PREFIXING_WRAPPERS,
+    ("fsdp2+offload", "shard"),
+    ("pp", "stages"),
+)
+HSDP_TP_WRAPPERS: tuple[tuple[str, str], ...] = (("fsdp2", "hsdp_tp"),)
+DSD_ONLY_APIS: tuple[str, ...] = ("dsd_full", "dsd_sharded")
 
 # (wrapper, sharding): every wrapper configuration of the matrix.
 ALL_WRAPPERS: tuple[tuple[str, str], ...] = (
@@ -33,7 +47,14 @@ ONE_FILE_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].one_file_by_
 PER_RANK_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].per_rank)
 IN_PLACE_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].loads_in_place)
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "adamw+groups", "adamw+sched", "sgd")
-MODELS: tuple[str, ...] = ("bn_frozen", "frozen_idle", "mlp", "mlp_nonpersistent", "tied_transformer")
+MODELS: tuple[str, ...] = (
+    "bn_frozen",
+    "frozen_idle",
+    "mlp",
+    "mlp_nonpersistent",
+    "mlp_scalar",
+    "tied_transformer",
+)
 # Both layouts of experts on expert-parallel sub-groups: every rank's expert under one name
 # (moe, as fairscale and DeepSpeed do), and each under its own name (moe_named, DCP's advice).
 EXPERT_MODELS = ("moe", "moe_named")
@@ -49,6 +70,28 @@ def hsdp_meshes(world_size: int) -> tuple[str, ...]:
     shapes = [(r, world_size // r) for r in range(1, world_size + 1) if world_size % r == 0]
     default = (2, world_size // 2) if world_size >= 4 else None
     return tuple("" if shape == default else f"{shape[0]}x{shape[1]}" for shape in shapes)
+
+
+def tp_meshes(world_size: int) -> tuple[str, ...]:
+    """Every (dp, tp) mesh of a world: "DxT"."""
+    return tuple(f"{d}x{world_size // d}" for d in range(1, world_size + 1) if world_size % d == 0)
+
+
+def hsdp_tp_meshes(world_size: int) -> tuple[str, ...]:
+    """The (replicate, shard, tp) mesh of a world: 2 replicas, tp 2, the rest sharded."""
+    return (f"2x{world_size // 4}x2",) if world_size % 4 == 0 else ("",)
+
+
+def meshes(wrapper: str, sharding: str, world_size: int) -> tuple[str, ...]:
+    """The mesh axis values of a wrapper's sharding at a world size ("": no mesh axis; TP alone
+    is a 1-D mesh of every rank)."""
+    if sharding in HSDP_SHARDINGS:
+        return hsdp_meshes(world_size)
+    if sharding == "tp" and wrapper.startswith("fsdp2"):
+        return tp_meshes(world_size)
+    if sharding == "hsdp_tp":
+        return hsdp_tp_meshes(world_size)
+    return ("",)
 
 
 @dataclass(frozen=True)
@@ -74,8 +117,7 @@ class Slice:
             ):
                 case = Case(wrapper, sharding, api, storage, optimizer, model, ws, precision, check)
                 if self.kinds is None or case.kind in self.kinds:
-                    meshes = hsdp_meshes(ws) if sharding in HSDP_SHARDINGS else ("",)
-                    out.extend(dataclasses.replace(case, mesh=mesh) for mesh in meshes)
+                    out.extend(dataclasses.replace(case, mesh=mesh) for mesh in meshes(wrapper, sharding, ws))
         return out
 
 

@@ -114,12 +114,21 @@ def full_state(
             full[key] = value.full_tensor().detach().cpu().clone()  # type: ignore[attr-defined]
         elif isinstance(value, torch.Tensor):
             pieces[key] = value.detach().cpu().clone()
+        elif key.endswith("/params"):  # a param group's names: a pipeline stage lists its own
+            pieces[key] = list(value)
         else:
             full[key] = copy.deepcopy(value)
     gathered: list[Snapshot] | None = [{} for _ in range(ctx.world_size)] if ctx.rank == 0 else None
     dist.gather_object(pieces, gathered, dst=0)
     if gathered is None:
         return None
+    for key in [k for k in pieces if k.endswith("/params")]:  # every rank's names, first seen first
+        names: list[str] = []
+        for rank_pieces in gathered:
+            names += [n for n in rank_pieces.get(key, []) if n not in names]
+        full[key] = names
+        for rank_pieces in gathered:
+            rank_pieces.pop(key, None)
     # A rank whose shard of a parameter is empty (use_orig_params) keeps no optimizer state
     # for it: the keys are the union over ranks, and a missing piece is an empty one.
     for key in sorted({k for g in gathered for k in g}):

@@ -13,6 +13,7 @@ from conformance.check.slices import (
     ONE_FILE_STORAGES,
     PER_RANK_STORAGES,
 )
+from conformance.models import MODELS
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.storage import STORAGES as STORAGE_OBJECTS
 
@@ -42,6 +43,11 @@ RANK0_ONLY_APIS = (
     "sd_full_offload_rank0",
     "sd_full_rank0",
 )
+
+# Models that declare no tensor-parallel plan (tp_plan) or no pipeline split (keep_stage).
+NO_TP_PLAN = tuple(sorted(n for n, c in MODELS.items() if not hasattr(c, "tp_plan")))
+NO_PIPELINE_SPLIT = tuple(sorted(n for n, c in MODELS.items() if not hasattr(c, "keep_stage")))
+PIPELINE_MAX_STAGES = 2  # the blocks of conformance.lm.TinyLlama
 
 DCP_SAVED_STORAGES = tuple(n for n, s in STORAGE_OBJECTS.items() if getattr(s, "saves_with_dcp", False))
 
@@ -110,6 +116,29 @@ UNSUPPORTED: tuple[Rule, ...] = (
     Rule(
         {"model": EXPERT_MODELS, "sharding": HSDP_SHARDINGS},
         "expert parallelism on an HSDP mesh is not built into the suite yet",
+    ),
+    Rule(
+        {"sharding": ("tp", "hsdp_tp"), "model": NO_TP_PLAN},
+        "the model declares no tensor-parallel plan (tp_plan): which of its layers are split "
+        "column- or row-wise is the model's choice",
+    ),
+    Rule(
+        {"sharding": "hsdp_tp", "world_size": (1, 2, 3, 5, 6, 7)},
+        "HSDP + TP needs a (replicate 2, shard, tp 2) mesh: a multiple of 4 ranks",
+    ),
+    Rule(
+        {"family": "pp", "model": NO_PIPELINE_SPLIT},
+        "the model declares no pipeline split (keep_stage): which layers form a stage is the model's choice",
+    ),
+    Rule(
+        {"family": "pp", "world_size": tuple(range(PIPELINE_MAX_STAGES + 1, 9))},
+        f"one pipeline stage per rank, and the model has {PIPELINE_MAX_STAGES} blocks: "
+        f"{PIPELINE_MAX_STAGES} stages at most",
+    ),
+    Rule(
+        {"family": "pp", "storage": ONE_FILE_STORAGES},
+        "each pipeline stage holds its own layers' state: one file written by rank 0 holds the first "
+        "stage's only (use torch_save_per_rank or dcp)",
     ),
     Rule(
         {"family": "ddp", "precision": "bf16"},

@@ -13,6 +13,7 @@ from typing import Any
 from conformance.case import Case
 from conformance.check.base import Feature, GridCells, ReshardCells
 from conformance.check.registry import CHECKS
+from conformance.check.relayout import LayoutCells
 from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.report.impact import Judged, worst_of
 
@@ -78,6 +79,14 @@ def check_table(check: str, cells: list[CellResult], known: Mapping[str, Any]) -
             lambda c: tuple(str(c.axes[k]) for k in ("wrapper", "sharding", "api", "storage")),
             lambda c: f"w{c.axes['save_world_size']} to w{c.axes['load_world_size']}",
             ["wrapper", "sharding", "api", "storage"],
+            known,
+        )
+    if isinstance(shape, LayoutCells):  # a grid per source layout: its row, a column per target
+        return grid(
+            cells,
+            lambda c: (str(c.axes["layout"]), str(c.axes["api"]), str(c.axes["storage"])),
+            lambda c: f"to {c.axes['load_layout']}",
+            ["saved in", "api", "storage"],
             known,
         )
     if isinstance(shape, GridCells):

@@ -6,6 +6,9 @@ import dataclasses
 from collections.abc import Callable
 
 from conformance.case import Case
+from conformance.strategy.parallel import Fsdp2TpWrapper, TpWrapper
+from conformance.strategy.pipeline import PipelineWrapper
+from conformance.strategy.prefixing import PrefixingFsdp2Wrapper
 from conformance.strategy.protocol import (
     ComposedStrategy,
     PreloadingStrategy,
@@ -37,20 +40,30 @@ def _fsdp1(case: Case, use_orig_params: bool) -> Fsdp1Wrapper:
     )
 
 
+def _fsdp2(case: Case, **options: object) -> Wrapper:
+    """FSDP2 in the case's sharding: 1-D, HSDP, or over tensor parallelism (2-D, 3-D mesh)."""
+    if case.sharding in ("tp", "hsdp_tp"):
+        return Fsdp2TpWrapper(case.mesh_shape)
+    return Fsdp2Wrapper(
+        hsdp=case.sharding == "hsdp",
+        bf16=case.precision == "bf16",
+        hsdp_shape=case.hsdp_shape,
+        **options,  # type: ignore[arg-type]
+    )
+
+
 WRAPPERS: dict[str, Callable[[Case], Wrapper]] = {
     "plain": lambda case: PlainWrapper(),
     "ddp": lambda case: DdpWrapper(),
     "fsdp1": lambda case: _fsdp1(case, use_orig_params=False),
     "fsdp1+orig": lambda case: _fsdp1(case, use_orig_params=True),
-    "fsdp2": lambda case: Fsdp2Wrapper(
-        hsdp=case.sharding == "hsdp", bf16=case.precision == "bf16", hsdp_shape=case.hsdp_shape
-    ),
-    "fsdp2+noreshard": lambda case: Fsdp2Wrapper(
-        hsdp=case.sharding == "hsdp",
-        reshard_after_forward=False,
-        bf16=case.precision == "bf16",
-        hsdp_shape=case.hsdp_shape,
-    ),
+    "fsdp2": lambda case: _fsdp2(case),
+    "fsdp2+noreshard": lambda case: _fsdp2(case, reshard_after_forward=False),
+    "fsdp2+offload": lambda case: _fsdp2(case, cpu_offload=True),
+    "fsdp2+ac": lambda case: PrefixingFsdp2Wrapper("checkpoint"),
+    "fsdp2+compile": lambda case: PrefixingFsdp2Wrapper("compile"),
+    "tp": lambda case: TpWrapper(),
+    "pp": lambda case: PipelineWrapper(),
 }
 
 DSD_APIS: dict[str, StateApi] = {
@@ -79,6 +92,14 @@ STATE_APIS: dict[str, dict[str, StateApi]] = {
         **DSD_APIS,
     },
     "fsdp2": dict(DSD_APIS),
+    "tp": dict(DSD_APIS),  # DTensor state: get/set_state_dict is the documented path
+    # a stage's own state, by the full model's names; and with the optimizer's param groups
+    # keyed by parameter name (flatten_optimizer_state_dict), as torchtitan saves its stages
+    "pp": {
+        **DSD_APIS,
+        "dsd_full_flat": DistributedStateDict(full_state_dict=True, flatten_optimizer_state_dict=True),
+        "dsd_sharded_flat": DistributedStateDict(full_state_dict=False, flatten_optimizer_state_dict=True),
+    },
     "plain": {"sd_full": PlainStateDict()},
 }
 

@@ -116,14 +116,19 @@ class DistributedStateDict(KnowsTheModel):
     full_state_dict: bool
     cpu_offload: bool = False
     broadcast_from_rank0: bool = False
+    # param groups keyed by parameter name ("param_groups.<fqn>.lr"), as torchtitan asks for
+    # its pipeline stages; only set when True (older torch lacks the option)
+    flatten_optimizer_state_dict: bool = False
 
     def _options(self, *, loading: bool = False):  # type: ignore[no-untyped-def]
         from torch.distributed.checkpoint.state_dict import StateDictOptions
 
+        flat = {"flatten_optimizer_state_dict": True} if self.flatten_optimizer_state_dict else {}
         return StateDictOptions(
             full_state_dict=self.full_state_dict,
             cpu_offload=self.cpu_offload,
             broadcast_from_rank0=self.broadcast_from_rank0 and loading,
+            **flat,
         )
 
     def get(self, model: nn.Module, optim: torch.optim.Optimizer) -> StateDict:

@@ -159,6 +159,14 @@ def mixed_precision_policy_cls():  # type: ignore[no-untyped-def]
     return MixedPrecisionPolicy
 
 
+def cpu_offload_policy_cls():  # type: ignore[no-untyped-def]
+    try:
+        from torch.distributed.fsdp import CPUOffloadPolicy  # torch >= 2.6
+    except ImportError:
+        from torch.distributed._composable.fsdp import CPUOffloadPolicy
+    return CPUOffloadPolicy
+
+
 @dataclass(frozen=True)
 class Fsdp2Wrapper:
     """FSDP2: fully_shard on every wrap unit, then on the root; 1-D mesh, or 2-D for HSDP."""
@@ -167,6 +175,7 @@ class Fsdp2Wrapper:
     reshard_after_forward: bool = True
     bf16: bool = False
     hsdp_shape: tuple[int, int] = (2, 1)  # the 2-D mesh's (replicate, shard)
+    cpu_offload: bool = False  # offload_policy=CPUOffloadPolicy(): parameters live on the CPU
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
@@ -181,6 +190,8 @@ class Fsdp2Wrapper:
             kwargs["mp_policy"] = mixed_precision_policy_cls()(
                 param_dtype=torch.bfloat16, reduce_dtype=torch.float32
             )
+        if self.cpu_offload:
+            kwargs["offload_policy"] = cpu_offload_policy_cls()()
         model = model.to(ctx.device)
         if self.hsdp and local_experts(model) is not None:
             raise ValueError("expert parallelism with FSDP2 HSDP is not built")

@@ -20,6 +20,9 @@ class CellRun:
     note: str = ""  # one line: how the pool came by this run (a rerun in a fresh world)
     raised_in: str = ""  # error: the call under test the first error escaped from
     first_run: str = ""  # the detail of the run this one replaced, kept whole
+    # crash: the rank died re-creating the warm world's process group, before the cell began
+    # (a fault of the world, which the pool answers with a fresh world, never the cell's)
+    before_cell: bool = False
 
     def described(self, detail: str) -> str:
         """A cell's detail, led by the pool's note, the replaced run's detail at the end."""

@@ -5,7 +5,8 @@ world that never ran the run it resumes.
 A warm world is an optimisation, and a cell's outcome must not depend on it: a cell that hangs
 in a world that had run other cells before it runs once more in a fresh world, and that run
 is the cell's, led by a note of the first (CellRun.note) that the reports keep. A cell that hangs
-in a fresh world is a hang (no second try); errors and crashes are never rerun.
+in a fresh world is a hang (no second try); errors and crashes are never rerun, but for a rank
+that died re-creating the warm world's process group before the cell began (the world's fault).
 """
 
 from __future__ import annotations
@@ -109,6 +110,13 @@ class WorldPool:
             world.close()
         if not world.alive:
             self._worlds.pop((backend, size, slot), None)
+        if run.before_cell:  # the world's fault: its process group could not be made again
+            again = self.run(backend, size, fn, arg, timeout_s=timeout_s, seed=seed, slot=slot)
+            note = (
+                f"a rank died re-creating the warm world's process group after {earlier} other cells, "
+                f"before the cell began (a fault of the world), then ran in a fresh world: {again.status}"
+            )
+            return dataclasses.replace(again, note=note, first_run=run.detail)
         if run.status != "hang" or not earlier:
             return run
         again = self.run(backend, size, fn, arg, timeout_s=timeout_s, seed=seed, slot=slot)

@@ -29,6 +29,8 @@ from conformance.world.attribution import raised_in
 
 CellFn = Callable[[Any, Any], Any]  # (RankContext, arg) -> picklable value
 
+CELL_MARK = "--- cell in "  # what a rank prints as a cell begins (the world reads it)
+
 
 @dataclass(frozen=True)
 class CellMessage:
@@ -249,7 +251,7 @@ def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg
             generation += 1
             _init_default_group(store, generation, rank, size, backend, pg_timeout_s)
         ctx = RankContext(rank, size, backend, device, Path(msg.cell_dir), msg.seed)
-        print(f"--- cell in {msg.cell_dir}", flush=True)
+        print(f"{CELL_MARK}{msg.cell_dir}", flush=True)
         reply = execute_cell(msg.fn, msg.arg, ctx)
         try:
             _reply(conn, reply)

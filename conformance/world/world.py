@@ -26,7 +26,7 @@ from typing import Any
 from conformance.world.attribution import error_status
 from conformance.world.cellrun import CellRun
 from conformance.world.launcher import Launcher, RankArgs, RankProcess, SpawnLauncher
-from conformance.world.rank import CellFn, CellMessage, RankReply
+from conformance.world.rank import CELL_MARK, CellFn, CellMessage, RankReply
 from conformance.world.template import LaunchError
 
 LOG_TAIL_CHARS = 4000
@@ -194,6 +194,8 @@ class World:
             pass  # a dead rank: its socket reads as EOF below, a crash
         run, unfinished = self._collect(t0, timeout_s, offsets)
         run = dataclasses.replace(run, duration_s=time.monotonic() - t0)
+        if run.status == "crash" and message.fresh_group and not self._cell_began(offsets):
+            run = dataclasses.replace(run, before_cell=True)
         self._fresh_group = run.status != "ok"
         if run.status in ("crash", "hang") or unfinished:
             self.kill()  # a rank still inside the cell would pair its collectives with the next
@@ -267,6 +269,19 @@ class World:
         if others:
             detail += "; also " + ", ".join(others)
         return CellRun("crash", detail=detail + self._logs_since({rank: offsets[rank]}))
+
+    def _cell_began(self, offsets: dict[int, int]) -> bool:
+        """Whether every rank got past re-creating its process group into the cell (each prints
+        "--- cell in" as the cell begins: conformance.world.rank)."""
+        for rank in range(self.size):
+            try:
+                with open(self.log_path(rank), errors="replace") as f:
+                    f.seek(offsets[rank])
+                    if CELL_MARK not in f.read():
+                        return False
+            except FileNotFoundError:
+                return False
+        return True
 
     # -- logs --------------------------------------------------------------------------------
     def _log_size(self, rank: int) -> int:

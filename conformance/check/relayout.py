@@ -1,0 +1,90 @@
+"""The relayout check: a checkpoint saved in one parallel layout is loaded in another (a 2-D
+(dp, tp) mesh into FSDP alone, into TP alone, into a smaller mesh, into one rank; TP degree 2
+into 4 and back; 2 pipeline stages into 1 and back; FSDP alone into a 2-D mesh). The canonical
+state compared is each whole tensor by its original name, bitwise, as for resharding
+(conformance.check.transfer runs it: save in one world, load in a separate one).
+
+Both sides use the same state-dict API and storage: get/set_state_dict sharded through DCP,
+the resharding format, and full through one torch.save file (pipeline stages: sharded, with the
+optimizer state flattened by parameter name, as torchtitan saves its stages).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from conformance.case import Case, Transfer
+from conformance.check import transfer
+from conformance.check.base import Check, Feature
+from conformance.strategy.registry import RegisteredStrategy
+
+# A layout: (wrapper, sharding, mesh, world size).
+Layout = tuple[str, str, str, int]
+TWO_D: Layout = ("fsdp2", "tp", "2x2", 4)
+
+# (saved in, loaded in) of every profile's cells with the sharded and the full format.
+TP_PAIRS: tuple[tuple[Layout, Layout], ...] = (
+    (TWO_D, ("fsdp2", "shard", "", 4)),  # 2-D into FSDP alone
+    (TWO_D, ("tp", "tp", "", 4)),  # into TP alone
+    (TWO_D, ("fsdp2", "tp", "1x2", 2)),  # into a smaller mesh
+    (TWO_D, ("fsdp2", "tp", "1x4", 4)),  # the same ranks, another mesh
+    (TWO_D, ("fsdp2", "shard", "", 1)),  # into one rank, for evaluation
+    (("fsdp2", "shard", "", 4), TWO_D),  # FSDP alone into 2-D
+    (("tp", "tp", "", 2), ("tp", "tp", "", 4)),  # TP degree 2 into 4
+    (("tp", "tp", "", 4), ("tp", "tp", "", 2)),  # and 4 into 2
+)
+STAGE_PAIRS: tuple[tuple[Layout, Layout], ...] = (
+    (("pp", "stages", "", 2), ("pp", "stages", "", 1)),  # 2 stages into 1
+    (("pp", "stages", "", 1), ("pp", "stages", "", 2)),  # 1 stage into 2
+)
+FORMATS: tuple[tuple[str, str], ...] = (("dsd_sharded", "dcp"), ("dsd_full", "torch_save"))
+STAGE_FORMATS: tuple[tuple[str, str], ...] = (("dsd_sharded_flat", "dcp"), ("dsd_sharded", "dcp"))
+CI_PAIRS: tuple[tuple[Layout, Layout], ...] = (
+    (("fsdp2", "tp", "1x2", 2), ("fsdp2", "shard", "", 2)),
+    (("fsdp2", "shard", "", 2), ("fsdp2", "tp", "1x2", 2)),
+    (("pp", "stages", "", 2), ("pp", "stages", "", 1)),
+)
+
+
+def _case(layout: Layout, api: str, storage: str, model: str = "llama") -> Case:
+    wrapper, sharding, mesh, world_size = layout
+    return Case(wrapper, sharding, api, storage, "adamw", model, world_size, check="relayout", mesh=mesh)
+
+
+def _stage_pair(pair: tuple[Layout, Layout]) -> bool:
+    return pair[0][0] == "pp" or pair[1][0] == "pp"
+
+
+def pairs_cells(
+    pairs: tuple[tuple[Layout, Layout], ...], formats: tuple[tuple[str, str], ...]
+) -> set[Transfer]:
+    return {
+        Transfer("relayout", _case(save, api, storage), _case(load, api, storage))
+        for save, load in pairs
+        for api, storage in (STAGE_FORMATS if _stage_pair((save, load)) else formats)
+    }
+
+
+@dataclass(frozen=True)
+class LayoutCells:
+    """Saved in one layout, loaded in another: profile -> (saved in, loaded in) pairs. Not
+    offered to registered strategies yet (a strategy declares layouts, not pairs of them)."""
+
+    pairs: Mapping[str, tuple[tuple[Layout, Layout], ...]]
+
+    def cells(self, check: str, profile: str) -> list[Transfer]:
+        formats = FORMATS if profile != "ci" else FORMATS[:1]
+        return sorted(pairs_cells(self.pairs.get(profile, ()), formats), key=lambda c: c.id)
+
+    def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Transfer]:
+        return []
+
+
+CHECK = Check(
+    name="relayout",
+    title="Relayout: saved in one parallel layout (mesh, TP degree, stages), loaded in another",
+    shape=LayoutCells({"ci": CI_PAIRS, "default": TP_PAIRS + STAGE_PAIRS, "full": TP_PAIRS + STAGE_PAIRS}),
+    execute=transfer.execute,
+    features=(Feature("relayout", "loads in another parallel layout"),),
+)

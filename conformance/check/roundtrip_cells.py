@@ -1,0 +1,120 @@
+"""The round trip's cells (the slices of the matrix each profile runs it over) and its feature
+columns."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from conformance.check.base import Feature
+from conformance.check.slices import (
+    ALL_WRAPPERS,
+    EXPERT_MODELS,
+    HSDP_SHARDINGS,
+    HSDP_TP_WRAPPERS,
+    LAYOUT_WRAPPERS,
+    MAIN_WRAPPERS,
+    MODELS,
+    OPTIMIZERS,
+    TP_WRAPPERS,
+    Slice,
+)
+
+FLAT_WRAPPERS_AND_APIS = Slice(
+    "every 1-D wrapper x API x storage", tuple(w for w in ALL_WRAPPERS if w[1] not in HSDP_SHARDINGS)
+)
+HSDP_WRAPPERS_AND_APIS = Slice(
+    "HSDP x API x storage", tuple(w for w in ALL_WRAPPERS if w[1] in HSDP_SHARDINGS)
+)
+OPTIMIZER_SLICE = Slice(
+    "optimizers", MAIN_WRAPPERS, ("dsd_sharded", "sd_full", "sd_sharded"), optimizers=OPTIMIZERS
+)
+MODEL_SLICE = Slice(
+    "models", MAIN_WRAPPERS, ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"), models=MODELS
+)
+# The expert-parallelism recipe: experts sharded on sub-groups, the rest on the world. Its
+# seed row is fsdp1_full_shard-sd_sharded-torch_save_per_rank-adamw-moe (SHARDED_STATE_DICT,
+# one file per rank).
+MOE_SLICE = Slice(
+    "mixture of experts on expert-parallel sub-groups",
+    (("fsdp1", "full_shard"), ("fsdp1+orig", "full_shard"), ("fsdp2", "shard")),
+    models=EXPERT_MODELS,
+)
+PRECISION_SLICE = Slice(
+    "bf16 mixed precision",
+    MAIN_WRAPPERS,
+    ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"),
+    precisions=("bf16",),
+)
+# FSDP.optim_state_dict with the optimizer's state offloaded (its default) against without
+# (sd_full): on CPU, offloading hands back exp_avg equal to exp_avg_sq under use_orig_params.
+OPTIM_OFFLOAD_SLICE = Slice(
+    "FSDP1 optimizer-state offload",
+    (("fsdp1", "full_shard"), ("fsdp1+orig", "full_shard")),
+    ("sd_full", "sd_full_optim_offload"),
+    storages=("torch_save",),
+)
+
+
+# Tensor parallelism, 2-D meshes, pipeline stages, prefixing module wrappers, CPU offload:
+# get/set_state_dict (and its rank-0 broadcast load, the documented DTensor path) over every
+# storage, on the llama-style model, the MLP and the MLP with a scalar parameter and an int buffer.
+LAYOUT_STORAGES = ("dcp", "hf_safetensors", "torch_save", "torch_save_per_rank")
+LAYOUT_SLICE = Slice(
+    "parallel layouts",
+    LAYOUT_WRAPPERS,
+    ("dsd_full", "dsd_full_bcast", "dsd_full_flat", "dsd_sharded", "dsd_sharded_flat"),
+    storages=LAYOUT_STORAGES,
+    models=("llama", "mlp_scalar"),
+)
+TP_SLICE = dataclasses.replace(LAYOUT_SLICE, name="tensor parallel", wrappers=TP_WRAPPERS)
+LAYOUT_CI_SLICE = Slice(
+    "parallel layouts (ci)",
+    LAYOUT_WRAPPERS,
+    ("dsd_sharded", "dsd_sharded_flat"),
+    storages=("dcp",),
+    models=("llama",),
+)
+HSDP_TP_SLICE = Slice("HSDP + TP", HSDP_TP_WRAPPERS, ("dsd_full", "dsd_sharded"), models=("llama",))
+
+
+def _basic(axes: Any) -> bool:
+    return axes["model"] == "mlp" and axes["precision"] == "fp32" and axes["world_size"] != 4
+
+
+# The round trip's columns of the feature table.
+FEATURES: tuple[Feature, ...] = (
+    Feature(
+        "round trip", "the mlp with AdamW at 1-2 ranks", lambda a: _basic(a) and a["optimizer"] == "adamw"
+    ),
+    Feature(
+        "optimizers",
+        "SGD, Adam, two param groups, an LR scheduler",
+        lambda a: _basic(a) and a["optimizer"] != "adamw",
+    ),
+    Feature("4 ranks", "the round trip at 4 ranks", lambda a: a["world_size"] == 4),
+    Feature("tied weights", "tied input and output embeddings", lambda a: a["model"] == "tied_transformer"),
+    Feature("buffers", "BatchNorm running stats and a frozen layer", lambda a: a["model"] == "bn_frozen"),
+    Feature("idle params", "a parameter that never got a gradient", lambda a: a["model"] == "frozen_idle"),
+    Feature(
+        "experts",
+        "MoE experts on sub-groups, under one name on every rank",
+        lambda a: a["model"] == "moe",
+    ),
+    Feature(
+        "named experts",
+        "MoE experts on sub-groups, each under a name of its own (DCP's advised layout)",
+        lambda a: a["model"] == "moe_named",
+    ),
+    Feature("bf16", "mixed precision keeps fp32 in the checkpoint", lambda a: a["precision"] == "bf16"),
+    Feature(
+        "llama",
+        "the llama-style model (attention, SwiGLU, RMSNorm): tensor-parallel plan and pipeline split",
+        lambda a: a["model"] == "llama",
+    ),
+    Feature(
+        "scalar, int",
+        "a learnable 0-dim parameter and an int64 buffer",
+        lambda a: a["model"] == "mlp_scalar",
+    ),
+)

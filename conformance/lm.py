@@ -1,0 +1,136 @@
+"""A tiny llama-style language model, laid out as torchtitan lays out its llama: token
+embeddings, blocks of attention (wq, wk, wv, wo) and a SwiGLU feed-forward (w1, w2, w3), each
+behind an RMSNorm, a final norm and an output head. Its tensor-parallel plan is torchtitan's
+(attention and feed-forward inputs column-wise, outputs row-wise) and its pipeline split is
+torchtitan's manual one: a stage keeps the full model's names and drops the modules of other
+stages (set to None, which the forward skips).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+BATCH = 4
+
+
+class Attention(nn.Module):
+    def __init__(self, width: int, head_dim: int) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.wq = nn.Linear(width, width, bias=False)
+        self.wk = nn.Linear(width, width, bias=False)
+        self.wv = nn.Linear(width, width, bias=False)
+        self.wo = nn.Linear(width, width, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        # -1 heads: under tensor parallelism each rank holds a slice of the heads
+        q, k, v = (
+            m(x).view(batch, seq, -1, self.head_dim).transpose(1, 2) for m in (self.wq, self.wk, self.wv)
+        )
+        out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, width: int, hidden: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(width, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, width, bias=False)
+        self.w3 = nn.Linear(width, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(nn.functional.silu(self.w1(x)) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, width: int, head_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.attention_norm = nn.RMSNorm(width)
+        self.attention = Attention(width, head_dim)
+        self.ffn_norm = nn.RMSNorm(width)
+        self.feed_forward = FeedForward(width, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x))
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class TinyLlama(nn.Module):
+    """Two blocks of width 16 (4 heads of 4), vocabulary 11, sequence 8: every parallelized
+    dimension divides by 1, 2 and 4 ranks."""
+
+    wrap_units: tuple[type[nn.Module], ...] = (TransformerBlock,)
+    vocab, width, seq, n_layers = 11, 16, 8, 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok_embeddings: nn.Module | None = nn.Embedding(self.vocab, self.width)
+        self.layers = nn.ModuleDict(
+            {str(i): TransformerBlock(self.width, 4, 24) for i in range(self.n_layers)}
+        )
+        self.norm: nn.Module | None = nn.RMSNorm(self.width)
+        self.output: nn.Module | None = nn.Linear(self.width, self.vocab, bias=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if self.tok_embeddings is not None:  # the first pipeline stage
+            h = self.tok_embeddings(h)
+        for layer in self.layers.values():
+            h = layer(h)
+        if self.output is not None:  # the last pipeline stage
+            assert self.norm is not None
+            h = self.output(self.norm(h))
+        return h
+
+    @classmethod
+    def tp_plan(cls) -> dict[str, Any]:
+        """torchtitan's llama plan for the blocks: module name -> parallel style. The embeddings,
+        norms and head stay replicated (torchtitan shards them too, with sequence parallelism,
+        which this plan leaves out)."""
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        plan: dict[str, Any] = {}
+        for i in range(cls.n_layers):
+            for name in (
+                "attention.wq",
+                "attention.wk",
+                "attention.wv",
+                "feed_forward.w1",
+                "feed_forward.w3",
+            ):
+                plan[f"layers.{i}.{name}"] = ColwiseParallel()
+            plan[f"layers.{i}.attention.wo"] = RowwiseParallel()
+            plan[f"layers.{i}.feed_forward.w2"] = RowwiseParallel()
+        return plan
+
+    @classmethod
+    def max_stages(cls) -> int:
+        return cls.n_layers
+
+    def keep_stage(self, stage: int, stages: int) -> None:
+        """Drop every module of the other pipeline stages (torchtitan's manual split): stage s
+        keeps its contiguous share of the blocks, the first the embeddings, the last the norm
+        and the head; names stay the full model's."""
+        if not 1 <= stages <= self.max_stages():
+            raise ValueError(f"{stages} pipeline stages: the model has {self.max_stages()} blocks")
+        per = self.n_layers // stages
+        keep = {str(i) for i in range(stage * per, (stage + 1) * per)}
+        for name in [n for n in self.layers if n not in keep]:
+            del self.layers[name]
+        if stage > 0:
+            self.tok_embeddings = None
+        if stage < stages - 1:
+            self.norm = None
+            self.output = None
+
+    @classmethod
+    def batch(cls, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens = torch.randint(0, cls.vocab, (BATCH, cls.seq), generator=gen)
+        return tokens, torch.randint(0, cls.vocab, (BATCH, cls.seq), generator=gen)
+
+    @classmethod
+    def loss(cls, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(out.float().reshape(-1, cls.vocab), target.reshape(-1))

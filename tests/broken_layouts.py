@@ -1,0 +1,83 @@
+"""Deliberately broken strategies for the parallel layouts (tensor parallel, pipeline stages,
+prefixing module wrappers), each caught by the check meant for it (tests/test_layouts.py).
+Factories are module-level functions: cells pickle them by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.case import Case
+from conformance.strategy.builtin import builtin_strategy
+from conformance.strategy.protocol import Strategy
+from conformance.strategy.wrappers import Fsdp2Wrapper
+from tests.broken import Delegating
+
+
+class TpReplicates(Delegating):
+    """Asked for FSDP2 over tensor parallelism, applies FSDP2 alone on a 1-D mesh: the weights
+    the plan splits are sharded by FSDP only, never split over "tp" (every rank still holds
+    less than the model, so only the tensor-parallel sanity rule can tell)."""
+
+    def wrap(self, model, ctx):  # type: ignore[no-untyped-def]
+        return Fsdp2Wrapper().wrap(model, ctx)
+
+
+class TpIgnored(Delegating):
+    """Asked for tensor parallelism, leaves the model whole on every rank."""
+
+    def wrap(self, model, ctx):  # type: ignore[no-untyped-def]
+        return model.to(ctx.device)
+
+
+class DropsLastStage(Delegating):
+    """Pipeline stages: the last stage's model keys are left out of the checkpoint (a saver that
+    writes only what the first stage holds); the load then restores the optimizer alone there."""
+
+    def save(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        out: dict[str, Any] = self.base._state_dict(state)  # type: ignore[attr-defined]
+        if ctx.rank == ctx.world_size - 1:
+            out["model"] = {}
+        self.base.storage.save(out, path, ctx)  # type: ignore[attr-defined]
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        base = self.base
+        loaded = base.storage.load(path, ctx, lambda: base._state_dict(state))  # type: ignore[attr-defined]
+        if loaded["model"]:
+            base.api.set(state.model, state.optim, loaded)  # type: ignore[attr-defined]
+        else:
+            set_optimizer_state_dict(
+                state.model, state.optim, loaded["optim"], options=base.api._options(loading=True)
+            )  # type: ignore[attr-defined]
+
+
+def _full(value: Any) -> Any:
+    return value.full_tensor() if hasattr(value, "full_tensor") else value
+
+
+class LeaksWrapperPrefix(Delegating):
+    """Builds the model's checkpoint from named_parameters() and named_buffers(), gathered to
+    whole tensors, keys as the wrapped model names them
+    (`layers.0._checkpoint_wrapped_module.attention.wq.weight`; checkpoint_wrapper strips its
+    segment from state_dict() only): the plain model cannot load the file."""
+
+    def save(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        named = [*state.model.named_parameters(), *state.model.named_buffers()]
+        out = {"model": {k: _full(v.detach()) for k, v in named}}
+        out["optim"] = self.base._state_dict(state)["optim"]  # type: ignore[attr-defined]
+        self.base.storage.save(out, path, ctx)  # type: ignore[attr-defined]
+
+
+def _make(cls: type[Delegating], name: str):  # type: ignore[no-untyped-def]
+    def make(case: Case) -> Strategy:
+        return cls(builtin_strategy(case))
+
+    make.__name__ = make.__qualname__ = name
+    return make
+
+
+tp_replicates = _make(TpReplicates, "tp_replicates")
+tp_ignored = _make(TpIgnored, "tp_ignored")
+drops_last_stage = _make(DropsLastStage, "drops_last_stage")
+leaks_wrapper_prefix = _make(LeaksWrapperPrefix, "leaks_wrapper_prefix")

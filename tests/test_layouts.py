@@ -1,0 +1,98 @@
+"""The parallel layouts (tensor parallel, 2-D meshes, pipeline stages, prefixing wrappers):
+the built-in strategy passes, and a broken one per layout is caught by the check meant for it:
+a TP weight silently replicated (sanity), a pipeline stage's keys dropped (round trip), a
+wrapper prefix leaked into a full checkpoint (hygiene)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from conformance.case import Case, Transfer
+from conformance.outcome import Outcome
+from conformance.runner import run_case
+from conformance.strategy.builtin import builtin_strategy
+from conformance.world import WorldPool
+from tests import broken_layouts
+
+FSDP2_TP = Case("fsdp2", "tp", "dsd_sharded", "dcp", "adamw", "llama", 2, mesh="1x2")
+TP = Case("tp", "tp", "dsd_sharded", "dcp", "adamw", "llama", 2)
+PP = Case("pp", "stages", "dsd_sharded_flat", "torch_save_per_rank", "adamw", "llama", 2)
+AC_FULL = Case("fsdp2+ac", "shard", "dsd_full", "torch_save", "sgd", "llama", 2)
+COMPILED_FULL = Case("fsdp2+compile", "shard", "dsd_full", "torch_save", "sgd", "llama", 2)
+PP_TO_ONE = Transfer(
+    "relayout",
+    dataclasses.replace(PP, storage="dcp", check="relayout"),
+    dataclasses.replace(PP, storage="dcp", check="relayout", world_size=1),
+)
+TWO_D_TO_FSDP = Transfer(
+    "relayout",
+    dataclasses.replace(FSDP2_TP, check="relayout"),
+    Case("fsdp2", "shard", "dsd_sharded", "dcp", "adamw", "llama", 2, check="relayout"),
+)
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[WorldPool]:
+    with WorldPool() as pool:
+        yield pool
+
+
+CONTROLS = [
+    FSDP2_TP,
+    TP,
+    PP,
+    dataclasses.replace(AC_FULL, check="hygiene"),
+    dataclasses.replace(COMPILED_FULL, check="hygiene"),
+    PP_TO_ONE,
+    TWO_D_TO_FSDP,
+]
+
+
+@pytest.mark.parametrize("cell", CONTROLS, ids=lambda c: c.id)
+def test_control_builtin_strategy_passes(pool: WorldPool, cell: Case | Transfer) -> None:
+    result = run_case(pool, cell, backend="gloo", timeout_s=120, strategy_factory=builtin_strategy)
+    assert result.outcome is Outcome.PASS, result.detail
+
+
+BROKEN: list[tuple[Callable[[Case], object], Case, list[str]]] = [
+    (
+        broken_layouts.tp_replicates,
+        FSDP2_TP,
+        ["sanity: rank 0: layers.0.attention.", "is not a tensor-parallel shard over mesh dim 'tp'"],
+    ),
+    (
+        broken_layouts.tp_ignored,
+        TP,
+        ["sanity: every rank holds all", "is not a tensor-parallel shard"],
+    ),
+    (
+        broken_layouts.drops_last_stage,
+        PP,
+        ["full state: param/layers.1.", "values differ", "rank 1 local state: param/"],
+    ),
+    (
+        broken_layouts.leaks_wrapper_prefix,
+        dataclasses.replace(AC_FULL, check="hygiene"),
+        ["keys carry a wrapper prefix", "_checkpoint_wrapped_module"],
+    ),
+    (
+        broken_layouts.leaks_wrapper_prefix,
+        dataclasses.replace(COMPILED_FULL, check="hygiene"),
+        ["keys carry a wrapper prefix", "_orig_mod"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("factory", "cell", "needles"), BROKEN, ids=[f"{f.__name__}-{c.id}" for f, c, _ in BROKEN]
+)
+def test_broken_layout_strategy_is_caught(
+    pool: WorldPool, factory: Callable[[Case], object], cell: Case, needles: list[str]
+) -> None:
+    result = run_case(pool, cell, backend="gloo", timeout_s=120, strategy_factory=factory)  # type: ignore[arg-type]
+    assert result.outcome is Outcome.FAIL, result.detail
+    for needle in needles:
+        assert needle in result.detail, f"{needle!r} not in:\n{result.detail}"
