@@ -12,6 +12,7 @@ from torch import nn
 
 from conformance.generated import MODEL_PREFIX, generated_model
 from conformance.lm import TinyLlama
+from conformance.moe_dtensor import DTensorExpertsMoE
 
 BATCH = 4
 
@@ -223,6 +224,7 @@ MODELS: dict[str, type[nn.Module]] = {
     "mlp_reshaped": ReshapedMLP,
     "mlp_scalar": ScalarAndCounter,
     "llama": TinyLlama,
+    "moe_dtensor": DTensorExpertsMoE,
 }
 
 

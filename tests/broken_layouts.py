@@ -14,9 +14,10 @@ from tests.broken import Delegating
 
 
 class TpReplicates(Delegating):
-    """Asked for FSDP2 over tensor parallelism, applies FSDP2 alone on a 1-D mesh: the weights
-    the plan splits are sharded by FSDP only, never split over "tp" (every rank still holds
-    less than the model, so only the tensor-parallel sanity rule can tell)."""
+    """Asked for FSDP2 over tensor (or expert) parallelism, applies FSDP2 alone on a 1-D mesh:
+    the weights the plan splits (the experts) are sharded by FSDP only, never split over "tp"
+    ("ep"); every rank still holds less than the model, so only the layout's sanity rule can
+    tell."""
 
     def wrap(self, model, ctx):  # type: ignore[no-untyped-def]
         return Fsdp2Wrapper().wrap(model, ctx)

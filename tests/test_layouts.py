@@ -19,6 +19,7 @@ from tests import broken_layouts
 
 FSDP2_TP = Case("fsdp2", "tp", "dsd_sharded", "dcp", "adamw", "llama", 2, mesh="1x2")
 TP = Case("tp", "tp", "dsd_sharded", "dcp", "adamw", "llama", 2)
+EP = Case("fsdp2", "ep", "dsd_sharded", "dcp", "adamw", "moe_dtensor", 2, mesh="1x2")
 PP = Case("pp", "stages", "dsd_sharded_flat", "torch_save_per_rank", "adamw", "llama", 2)
 AC_FULL = Case("fsdp2+ac", "shard", "dsd_full", "torch_save", "sgd", "llama", 2)
 COMPILED_FULL = Case("fsdp2+compile", "shard", "dsd_full", "torch_save", "sgd", "llama", 2)
@@ -42,6 +43,7 @@ def pool() -> Iterator[WorldPool]:
 
 CONTROLS = [
     FSDP2_TP,
+    EP,
     TP,
     PP,
     dataclasses.replace(AC_FULL, check="hygiene"),
@@ -61,12 +63,17 @@ BROKEN: list[tuple[Callable[[Case], object], Case, list[str]]] = [
     (
         broken_layouts.tp_replicates,
         FSDP2_TP,
-        ["sanity: rank 0: layers.0.attention.", "is not a tensor-parallel shard over mesh dim 'tp'"],
+        ["sanity: rank 0: layers.0.attention.", "is not a shard over mesh dim 'tp'"],
     ),
     (
         broken_layouts.tp_ignored,
         TP,
-        ["sanity: every rank holds all", "is not a tensor-parallel shard"],
+        ["sanity: every rank holds all", "is not a shard over mesh dim 'tp'"],
+    ),
+    (  # experts left whole on every rank, FSDP-sharded like the rest
+        broken_layouts.tp_replicates,
+        EP,
+        ["sanity: rank 0: experts.w1 is not a shard over mesh dim 'ep'", "expert parallelism shards it"],
     ),
     (
         broken_layouts.drops_last_stage,

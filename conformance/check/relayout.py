@@ -21,6 +21,7 @@ from conformance.strategy.registry import RegisteredStrategy
 
 # A layout: (wrapper, sharding, mesh, world size).
 Layout = tuple[str, str, str, int]
+EP_MODEL = "moe_dtensor"  # experts as DTensors: the model of the ep layouts' pairs
 TWO_D: Layout = ("fsdp2", "tp", "2x2", 4)
 
 # (saved in, loaded in) of every profile's cells with the sharded and the full format.
@@ -38,6 +39,11 @@ STAGE_PAIRS: tuple[tuple[Layout, Layout], ...] = (
     (("pp", "stages", "", 2), ("pp", "stages", "", 1)),  # 2 stages into 1
     (("pp", "stages", "", 1), ("pp", "stages", "", 2)),  # 1 stage into 2
 )
+EP_PAIRS: tuple[tuple[Layout, Layout], ...] = (
+    (("fsdp2", "ep", "1x2", 2), ("fsdp2", "ep", "1x4", 4)),  # DTensor experts on 2 into 4 ranks
+    (("fsdp2", "ep", "1x4", 4), ("fsdp2", "ep", "1x2", 2)),  # and 4 into 2
+    (("fsdp2", "ep", "1x2", 2), ("fsdp2", "shard", "", 2)),  # into FSDP alone
+)
 FORMATS: tuple[tuple[str, str], ...] = (("dsd_sharded", "dcp"), ("dsd_full", "torch_save"))
 STAGE_FORMATS: tuple[tuple[str, str], ...] = (("dsd_sharded_flat", "dcp"), ("dsd_sharded", "dcp"))
 CI_PAIRS: tuple[tuple[Layout, Layout], ...] = (
@@ -52,6 +58,11 @@ def _case(layout: Layout, api: str, storage: str, model: str = "llama") -> Case:
     return Case(wrapper, sharding, api, storage, "adamw", model, world_size, check="relayout", mesh=mesh)
 
 
+def _model(save: Layout) -> str:
+    """The model of a pair: the experts' for an expert-parallel source, else the llama."""
+    return EP_MODEL if save[1] == "ep" else "llama"
+
+
 def _stage_pair(pair: tuple[Layout, Layout]) -> bool:
     return pair[0][0] == "pp" or pair[1][0] == "pp"
 
@@ -60,7 +71,7 @@ def pairs_cells(
     pairs: tuple[tuple[Layout, Layout], ...], formats: tuple[tuple[str, str], ...]
 ) -> set[Transfer]:
     return {
-        Transfer("relayout", _case(save, api, storage), _case(load, api, storage))
+        Transfer("relayout", _case(save, api, storage, _model(save)), _case(load, api, storage, _model(save)))
         for save, load in pairs
         for api, storage in (STAGE_FORMATS if _stage_pair((save, load)) else formats)
     }
@@ -84,7 +95,13 @@ class LayoutCells:
 CHECK = Check(
     name="relayout",
     title="Relayout: saved in one parallel layout (mesh, TP degree, stages), loaded in another",
-    shape=LayoutCells({"ci": CI_PAIRS, "default": TP_PAIRS + STAGE_PAIRS, "full": TP_PAIRS + STAGE_PAIRS}),
+    shape=LayoutCells(
+        {
+            "ci": CI_PAIRS,
+            "default": TP_PAIRS + STAGE_PAIRS + EP_PAIRS,
+            "full": TP_PAIRS + STAGE_PAIRS + EP_PAIRS,
+        }
+    ),
     execute=transfer.execute,
     features=(Feature("relayout", "loads in another parallel layout"),),
 )

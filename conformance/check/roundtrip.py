@@ -27,6 +27,7 @@ from conformance.check.base import CaseCells, Check, StrategyFactory, Under
 from conformance.check.compare import compare_states, first_of_each_kind
 from conformance.check.phases import STATUS_OUTCOMES, Phases, observed_of
 from conformance.check.roundtrip_cells import (
+    EP_SLICE,
     FEATURES,
     FLAT_WRAPPERS_AND_APIS,
     HSDP_TP_SLICE,
@@ -249,6 +250,7 @@ CHECK = Check(
                 (PRECISION_SLICE, (2,)),
                 (LAYOUT_SLICE, (2,)),
                 (TP_SLICE, (4,)),  # every (dp, tp) mesh of 4 ranks
+                (EP_SLICE, (2, 4)),
             ),
             "full": (
                 *(
@@ -260,6 +262,7 @@ CHECK = Check(
                         MOE_SLICE,
                         PRECISION_SLICE,
                         LAYOUT_SLICE,
+                        EP_SLICE,
                     )
                 ),
                 (HSDP_TP_SLICE, (8,)),

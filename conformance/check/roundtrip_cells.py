@@ -9,6 +9,7 @@ from typing import Any
 from conformance.check.base import Feature
 from conformance.check.slices import (
     ALL_WRAPPERS,
+    EP_WRAPPERS,
     EXPERT_MODELS,
     HSDP_SHARDINGS,
     HSDP_TP_WRAPPERS,
@@ -75,6 +76,14 @@ LAYOUT_CI_SLICE = Slice(
     storages=("dcp",),
     models=("llama",),
 )
+# Experts as DTensors over (dp, ep) meshes of 2 and 4 ranks (torchtitan's MoE layout).
+EP_SLICE = Slice(
+    "experts as DTensors",
+    EP_WRAPPERS,
+    ("dsd_full", "dsd_full_bcast", "dsd_sharded"),
+    storages=LAYOUT_STORAGES,
+    models=("moe_dtensor",),
+)
 HSDP_TP_SLICE = Slice("HSDP + TP", HSDP_TP_WRAPPERS, ("dsd_full", "dsd_sharded"), models=("llama",))
 
 
@@ -111,6 +120,11 @@ FEATURES: tuple[Feature, ...] = (
         "llama",
         "the llama-style model (attention, SwiGLU, RMSNorm): tensor-parallel plan and pipeline split",
         lambda a: a["model"] == "llama",
+    ),
+    Feature(
+        "DTensor experts",
+        "experts sharded as DTensors over an expert-parallel mesh dimension",
+        lambda a: a["model"] == "moe_dtensor",
     ),
     Feature(
         "scalar, int",

@@ -30,7 +30,7 @@ TP_SHARDINGS = ("tp", "hsdp_tp")  # the shardings whose mesh's last dimension is
 def group_size(case: Case, world_size: int) -> int:
     """Over how many ranks one copy of the parameters is spread: a pipeline's stages and a
     tensor-parallel mesh spread one copy over every rank but HSDP's replicas."""
-    if case.family == "pp" or case.sharding == "tp":
+    if case.family == "pp" or case.sharding in ("tp", "ep"):
         return world_size
     if case.sharding == "hsdp_tp":
         _, shard, tp = case.mesh_shape
@@ -38,28 +38,40 @@ def group_size(case: Case, world_size: int) -> int:
     return shard_group_size(case.sharding, world_size, case.hsdp_shape)
 
 
+def parallel_params(case: Case) -> tuple[str, dict[str, str]]:
+    """(mesh dimension, {parameter: what shards it}) a cell's layout must split: the weights
+    of the model's tensor-parallel plan over "tp", its expert parameters over "ep"."""
+    cls = model_class(case.model)
+    if case.sharding in TP_SHARDINGS and hasattr(cls, "tp_plan"):
+        return "tp", {f"{m}.weight": "the plan parallelizes it" for m in cls.tp_plan()}  # type: ignore[attr-defined]
+    if case.sharding == "ep" and hasattr(cls, "ep_params"):
+        return "ep", {p: "expert parallelism shards it" for p in cls.ep_params()}  # type: ignore[attr-defined]
+    return "", {}
+
+
 def tp_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
-    """Every weight the model's plan parallelizes is, on this rank, a DTensor with a Shard
-    placement on a mesh dimension named "tp" (a replicated one is not tensor parallelism)."""
-    plan = getattr(model_class(case.model), "tp_plan", None)
-    if case.sharding not in TP_SHARDINGS or plan is None or ctx.world_size < 2:
+    """Every parameter the layout splits (parallel_params) is, on this rank, a DTensor with a
+    Shard placement on the mesh dimension of that name ("tp", "ep"): a replicated one is
+    neither tensor nor expert parallelism."""
+    dim, expected = parallel_params(case)
+    if not expected or ctx.world_size < 2:
         return []
     params = {clean_name(n): p for n, p in model.named_parameters()}
     problems = []
-    for module in sorted(plan()):
-        param = params.get(f"{module}.weight")
+    for name in sorted(expected):
+        param = params.get(name)
         mesh = getattr(param, "device_mesh", None)
         names = list(getattr(mesh, "mesh_dim_names", None) or ())
         placements = list(getattr(param, "placements", ()))
-        if "tp" not in names or not placements[names.index("tp")].is_shard():
+        if dim not in names or not placements[names.index(dim)].is_shard():
             how = (
                 "missing"
                 if param is None
                 else f"{type(param).__name__} placements {placements}, mesh dims {names}"
             )
             problems.append(
-                f"rank {ctx.rank}: {module}.weight is not a tensor-parallel shard over mesh dim 'tp' ({how}): "
-                "the plan parallelizes it (silently replicated?)"
+                f"rank {ctx.rank}: {name} is not a shard over mesh dim '{dim}' ({how}): "
+                f"{expected[name]} (silently replicated?)"
             )
     return problems[:2]
 

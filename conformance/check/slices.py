@@ -27,6 +27,8 @@ LAYOUT_WRAPPERS: tuple[tuple[str, str], ...] = (
     ("pp", "stages"),
 )
 HSDP_TP_WRAPPERS: tuple[tuple[str, str], ...] = (("fsdp2", "hsdp_tp"),)
+# Experts as DTensors over a (dp, ep) mesh (torchtitan's MoE layout), on the moe_dtensor model.
+EP_WRAPPERS: tuple[tuple[str, str], ...] = (("fsdp2", "ep"),)
 DSD_ONLY_APIS: tuple[str, ...] = ("dsd_full", "dsd_sharded")
 
 # (wrapper, sharding): every wrapper configuration of the matrix.
@@ -77,6 +79,11 @@ def tp_meshes(world_size: int) -> tuple[str, ...]:
     return tuple(f"{d}x{world_size // d}" for d in range(1, world_size + 1) if world_size % d == 0)
 
 
+def ep_meshes(world_size: int) -> tuple[str, ...]:
+    """The (dp, ep) meshes of a world whose expert dimension shards the 4 experts: "DxE"."""
+    return tuple(f"{world_size // e}x{e}" for e in (2, 4) if world_size % e == 0)
+
+
 def hsdp_tp_meshes(world_size: int) -> tuple[str, ...]:
     """The (replicate, shard, tp) mesh of a world: 2 replicas, tp 2, the rest sharded."""
     return (f"2x{world_size // 4}x2",) if world_size % 4 == 0 else ("",)
@@ -91,6 +98,8 @@ def meshes(wrapper: str, sharding: str, world_size: int) -> tuple[str, ...]:
         return tp_meshes(world_size)
     if sharding == "hsdp_tp":
         return hsdp_tp_meshes(world_size)
+    if sharding == "ep":
+        return ep_meshes(world_size)
     return ("",)
 
 

@@ -46,6 +46,7 @@ RANK0_ONLY_APIS = (
 
 # Models that declare no tensor-parallel plan (tp_plan) or no pipeline split (keep_stage).
 NO_TP_PLAN = tuple(sorted(n for n, c in MODELS.items() if not hasattr(c, "tp_plan")))
+NO_EXPERT_PARAMS = tuple(sorted(n for n, c in MODELS.items() if not hasattr(c, "ep_params")))
 NO_PIPELINE_SPLIT = tuple(sorted(n for n, c in MODELS.items() if not hasattr(c, "keep_stage")))
 PIPELINE_MAX_STAGES = 2  # the blocks of conformance.lm.TinyLlama
 
@@ -121,6 +122,14 @@ UNSUPPORTED: tuple[Rule, ...] = (
         {"sharding": ("tp", "hsdp_tp"), "model": NO_TP_PLAN},
         "the model declares no tensor-parallel plan (tp_plan): which of its layers are split "
         "column- or row-wise is the model's choice",
+    ),
+    Rule(
+        {"sharding": "ep", "model": NO_EXPERT_PARAMS},
+        "the model declares no expert parameters to shard over an expert-parallel mesh (ep_params)",
+    ),
+    Rule(
+        {"sharding": "ep", "world_size": (1, 3)},
+        "the 4 experts shard over an expert dimension of 2 or 4 ranks",
     ),
     Rule(
         {"sharding": "hsdp_tp", "world_size": (1, 2, 3, 5, 6, 7)},

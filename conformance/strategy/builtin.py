@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 
 from conformance.case import Case
-from conformance.strategy.parallel import Fsdp2TpWrapper, TpWrapper
+from conformance.strategy.parallel import Fsdp2EpWrapper, Fsdp2TpWrapper, TpWrapper
 from conformance.strategy.pipeline import PipelineWrapper
 from conformance.strategy.prefixing import PrefixingFsdp2Wrapper
 from conformance.strategy.protocol import (
@@ -41,9 +41,13 @@ def _fsdp1(case: Case, use_orig_params: bool) -> Fsdp1Wrapper:
 
 
 def _fsdp2(case: Case, **options: object) -> Wrapper:
-    """FSDP2 in the case's sharding: 1-D, HSDP, or over tensor parallelism (2-D, 3-D mesh)."""
+    """FSDP2 in the case's sharding: 1-D, HSDP, over tensor parallelism (2-D, 3-D mesh), or
+    over experts sharded as DTensors (a (dp, ep) mesh)."""
     if case.sharding in ("tp", "hsdp_tp"):
         return Fsdp2TpWrapper(case.mesh_shape)
+    if case.sharding == "ep":
+        dp, ep = case.mesh_shape
+        return Fsdp2EpWrapper((dp, ep))
     return Fsdp2Wrapper(
         hsdp=case.sharding == "hsdp",
         bf16=case.precision == "bf16",

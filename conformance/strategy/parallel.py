@@ -68,3 +68,34 @@ class Fsdp2TpWrapper:
         model = tensor_parallel(model.to(ctx.device), mesh[TP_DIM])
         dp = mesh[MESH_DIMS[len(self.mesh_shape)][:-1]]
         return fully_shard_model(model, dp, ctx)
+
+
+@dataclass(frozen=True)
+class Fsdp2EpWrapper:
+    """Experts as DTensors (torchtitan's MoE layout) on a (dp, ep) mesh: the model's expert
+    parameters (`ep_params()`) sharded on dim 0 over "ep", then fully_shard on "dp"; the
+    rest of the model fully sharded over every rank (a 1-D mesh of the world)."""
+
+    mesh_shape: tuple[int, int]
+
+    def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Shard, distribute_tensor
+
+        from conformance.strategy.wrappers import fully_shard_fn
+
+        names = getattr(model, "ep_params", None)
+        if names is None:
+            raise ValueError(f"{type(model).__name__} declares no expert-parallel parameters (ep_params)")
+        mesh = init_device_mesh(ctx.device.type, self.mesh_shape, mesh_dim_names=("dp", "ep"))
+        model = model.to(ctx.device)
+        for name in names():
+            owner_name, _, attr = name.rpartition(".")
+            owner = model.get_submodule(owner_name)
+            value = getattr(owner, attr)
+            setattr(owner, attr, nn.Parameter(distribute_tensor(value.data, mesh["ep"], [Shard(0)])))
+        fully_shard = fully_shard_fn()
+        for owner_name in sorted({n.rpartition(".")[0] for n in names()}):
+            fully_shard(model.get_submodule(owner_name), mesh=mesh["dp"])
+        fully_shard(model, mesh=init_device_mesh(ctx.device.type, (ctx.world_size,)))
+        return model
