@@ -116,15 +116,33 @@ FEATURES: tuple[Feature, ...] = (
         lambda a: a["model"] == "moe_named",
     ),
     Feature("bf16", "mixed precision keeps fp32 in the checkpoint", lambda a: a["precision"] == "bf16"),
+    # the parallel layouts, a column each (docs/layouts.md): a family's row says how it fares
+    # under each
     Feature(
-        "llama",
-        "the llama-style model (attention, SwiGLU, RMSNorm): tensor-parallel plan and pipeline split",
-        lambda a: a["model"] == "llama",
+        "TP",
+        "tensor parallel alone or on a 2-D / 3-D mesh with FSDP2 (the llama and MLP plans)",
+        lambda a: a.get("sharding") in ("tp", "hsdp_tp"),
     ),
     Feature(
         "DTensor experts",
         "experts sharded as DTensors over an expert-parallel mesh dimension",
-        lambda a: a["model"] == "moe_dtensor",
+        lambda a: a.get("sharding") == "ep",
+    ),
+    Feature("pipeline", "one pipeline stage per rank", lambda a: a.get("wrapper") == "pp"),
+    Feature(
+        "act. ckpt",
+        "checkpoint_wrapper on the wrap units under FSDP2",
+        lambda a: a.get("wrapper") == "fsdp2+ac",
+    ),
+    Feature(
+        "compile",
+        "torch.compile on the wrap units under FSDP2",
+        lambda a: a.get("wrapper") == "fsdp2+compile",
+    ),
+    Feature(
+        "CPU offload",
+        "FSDP2 with CPUOffloadPolicy",
+        lambda a: a.get("wrapper") == "fsdp2+offload",
     ),
     Feature(
         "scalar, int",
