@@ -26,7 +26,10 @@ import torch
 from torch import nn
 
 MODEL_PREFIX = "gen_"
-_MODEL = re.compile(r"^gen_(?P<dims>\d+(?:x\d+)+)_b(?P<bias>[01]+)_w(?P<wrap>[01]+)(?P<tied>_tied)?$")
+_MODEL = re.compile(
+    r"^gen_(?P<dims>\d+(?:x\d+)+)_b(?P<bias>[01]+)_w(?P<wrap>[01]+)(?P<tied>_tied)?(?:_tp(?P<tp>[ncr]+))?$"
+)
+TP_STYLES = {"c": "ColwiseParallel", "r": "RowwiseParallel"}  # per layer; n: not parallelized
 _OPTIM = re.compile(r"^(?P<kind>sgd|adam|adamw)(?P<params>(?:_[a-z]+[0-9.]+)*)(?P<sched>_sched)?$")
 BATCH = 4
 
@@ -37,6 +40,9 @@ class ModelSpec:
     bias: tuple[bool, ...]  # per layer
     wrapped: tuple[bool, ...]  # per layer: an FSDP unit of its own
     tied: bool = False
+    # a tensor-parallel plan, a letter per layer: c column-wise, r row-wise (right after a c,
+    # which feeds it its shard), n not parallelized; () for none
+    tp: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         layers = len(self.dims) - 1
@@ -49,13 +55,20 @@ class ModelSpec:
                 raise ValueError(f"tied weights need the last layer's shape to be the first's: {self.dims}")
             if self.wrapped[0] or self.wrapped[-1]:
                 raise ValueError("tied layers stay in the root's unit: they cannot be wrapped")
+        if self.tp:
+            plan = "".join(self.tp)
+            if len(self.tp) != layers or self.tied or set(plan) - set("ncr"):
+                raise ValueError(f"a plan of n/c/r per layer, untied: {self.tp}")
+            if plan.replace("cr", "").count("c") or plan.replace("cr", "").count("r"):
+                raise ValueError(f"each column-wise layer feeds a row-wise one, and only it: {plan}")
 
     @property
     def name(self) -> str:
         bits = "".join("1" if b else "0" for b in self.bias)
         wrap = "".join("1" if w else "0" for w in self.wrapped)
         tied = "_tied" if self.tied else ""
-        return f"{MODEL_PREFIX}{'x'.join(map(str, self.dims))}_b{bits}_w{wrap}{tied}"
+        tp = f"_tp{''.join(self.tp)}" if self.tp else ""
+        return f"{MODEL_PREFIX}{'x'.join(map(str, self.dims))}_b{bits}_w{wrap}{tied}{tp}"
 
     @classmethod
     def parse(cls, name: str) -> ModelSpec:
@@ -67,6 +80,7 @@ class ModelSpec:
             bias=tuple(c == "1" for c in match["bias"]),
             wrapped=tuple(c == "1" for c in match["wrap"]),
             tied=bool(match["tied"]),
+            tp=tuple(match["tp"] or ""),
         )
 
 
@@ -102,6 +116,17 @@ class GeneratedMLP(nn.Module):
     @staticmethod
     def loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return nn.functional.mse_loss(out.float(), target)
+
+    @classmethod
+    def tp_plan(cls) -> dict[str, Any]:
+        """The spec's tensor-parallel plan (layers.i -> ColwiseParallel / RowwiseParallel)."""
+        from torch.distributed.tensor import parallel
+
+        return {
+            f"layers.{i}": getattr(parallel, TP_STYLES[style])()
+            for i, style in enumerate(cls.spec.tp)
+            if style in TP_STYLES
+        }
 
 
 @functools.cache
@@ -188,6 +213,29 @@ def model_specs(max_layers: int = 4, max_dim: int = 33) -> Any:
         if tied:
             wrapped[0] = wrapped[-1] = False
         return ModelSpec(tuple(dims), bias, tuple(wrapped), tied)
+
+    return build()
+
+
+def tp_model_specs(degree: int, max_layers: int = 4, max_dim: int = 33) -> Any:
+    """Hypothesis strategy of ModelSpec with a tensor-parallel plan for `degree` ranks: one
+    column-wise layer feeding a row-wise one, at a drawn position; the dimension between them
+    a multiple of the degree (an uneven split is another question); the rest as model_specs."""
+    from hypothesis import strategies as st
+
+    dim = st.one_of(st.integers(1, max_dim), st.sampled_from(SMALL_PRIMES))
+
+    @st.composite
+    def build(draw: Callable[..., Any]) -> ModelSpec:
+        layers = draw(st.integers(2, max_layers))
+        first = draw(st.integers(0, layers - 2))  # the column-wise layer; the next is row-wise
+        dims = [draw(dim) for _ in range(layers + 1)]
+        dims[first + 1] = degree * draw(st.integers(1, max(1, max_dim // degree)))
+        plan = ["n"] * layers
+        plan[first], plan[first + 1] = "c", "r"
+        bias = tuple(draw(st.booleans()) for _ in range(layers))
+        wrapped = tuple(draw(st.booleans()) for _ in range(layers))
+        return ModelSpec(tuple(dims), bias, wrapped, tp=tuple(plan))
 
     return build()
 

@@ -20,7 +20,8 @@ from typing import Any
 
 from conformance.case import Case, Transfer, repro_command
 from conformance.check.roundtrip import StrategyFactory
-from conformance.generated import model_specs, schedules
+from conformance.check.slices import tp_meshes
+from conformance.generated import model_specs, schedules, tp_model_specs
 from conformance.outcome import FAILING, RERUN_NOTE, CellResult, Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.registry import Registry
@@ -42,18 +43,31 @@ class Property:
         return self.base.check
 
     @property
+    def tp_layouts(self) -> tuple[tuple[str, int], ...]:
+        """A tensor-parallel base's (mesh, TP degree) its examples draw from (with a model
+        whose plan suits the degree): every (dp, tp) mesh of FSDP2 + TP; TP alone over every
+        rank. () for any other base."""
+        base = self.base
+        if isinstance(base, Transfer) or base.sharding != "tp":
+            return ()
+        if base.family == "tp":
+            return (("", base.world_size),)
+        return tuple((m, int(m.split("x")[-1])) for m in tp_meshes(base.world_size))
+
+    @property
     def id(self) -> str:
         """property-<check>-<config>-w<N>[-to-w<M>]: the base cell's id without its model
-        and optimizer."""
+        and optimizer (and mesh, when the examples draw it)."""
         if isinstance(self.base, Transfer):
             save = self.base.save
             return f"property-reshard-{save.config}-w{save.world_size}-to-w{self.base.load.world_size}"
-        mesh = f"-mesh{self.base.mesh}" if self.base.mesh else ""
+        mesh = f"-mesh{self.base.mesh}" if self.base.mesh and not self.tp_layouts else ""
         return f"property-{self.check}-{self.base.config}-w{self.base.world_size}{mesh}"
 
-    def instantiate(self, model: str, optimizer: str) -> Cell:
+    def instantiate(self, model: str, optimizer: str, mesh: str | None = None) -> Cell:
         def mine(case: Case) -> Case:
-            return dataclasses.replace(case, model=model, optimizer=optimizer)
+            drawn = {} if mesh is None else {"mesh": mesh}
+            return dataclasses.replace(case, model=model, optimizer=optimizer, **drawn)
 
         if isinstance(self.base, Transfer):
             return dataclasses.replace(self.base, save=mine(self.base.save), load=mine(self.base.load))
@@ -182,9 +196,14 @@ def run_property(
     record = PropertyRun(prop)
 
     def example(data: Any) -> None:
-        model = data.draw(model_specs(), label="model")
+        mesh = None
+        if prop.tp_layouts:  # a mesh, then a model whose plan splits over its tp dimension
+            mesh, degree = data.draw(st.sampled_from(prop.tp_layouts), label="mesh, tp degree")
+            model = data.draw(tp_model_specs(degree), label="model")
+        else:
+            model = data.draw(model_specs(), label="model")
         schedule = data.draw(schedules(), label="optimizer schedule")
-        cell = prop.instantiate(model.name, schedule.name)
+        cell = prop.instantiate(model.name, schedule.name, mesh)
         result = run_cell(cell)
         if result.outcome in (Outcome.SKIP, Outcome.UNSUPPORTED):
             record.rejections.append(result)

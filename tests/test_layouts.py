@@ -103,3 +103,36 @@ def test_broken_layout_strategy_is_caught(
     assert result.outcome is Outcome.FAIL, result.detail
     for needle in needles:
         assert needle in result.detail, f"{needle!r} not in:\n{result.detail}"
+
+
+def test_a_generated_tensor_parallel_plan_reads_back_and_refuses_a_broken_one() -> None:
+    from conformance.generated import ModelSpec, generated_model
+
+    spec = ModelSpec((5, 8, 3, 2), (True, False, True), (False, True, False), tp=("c", "r", "n"))
+    assert spec.name == "gen_5x8x3x2_b101_w010_tpcrn" and ModelSpec.parse(spec.name) == spec
+    assert sorted(generated_model(spec.name).tp_plan()) == ["layers.0", "layers.1"]
+    for plan in (("c", "n", "r"), ("r", "c", "n"), ("c", "c", "r")):
+        with pytest.raises(ValueError, match="column-wise"):
+            ModelSpec((5, 8, 3, 2), (True,) * 3, (False,) * 3, tp=plan)
+
+
+def test_the_tensor_parallel_properties_draw_a_mesh_and_a_plan_that_splits_over_it() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from conformance.generated import tp_model_specs
+    from conformance.property import properties
+
+    props = {p.id: p for p in properties("full") if p.tp_layouts}
+    assert "property-roundtrip-fsdp2_tp-dsd_sharded-dcp-w2" in props
+    assert props["property-roundtrip-fsdp2_tp-dsd_sharded-dcp-w2"].tp_layouts == (("1x2", 2), ("2x1", 1))
+    assert not [p for p in properties("default") if p.tp_layouts]  # the full profile's only
+
+    @settings(max_examples=30, deadline=None)
+    @given(st.integers(1, 4).flatmap(lambda d: st.tuples(st.just(d), tp_model_specs(d))))
+    def plans(drawn: tuple[int, object]) -> None:
+        degree, spec = drawn
+        first = spec.tp.index("c")  # type: ignore[attr-defined]
+        assert spec.tp[first + 1] == "r" and spec.dims[first + 1] % degree == 0  # type: ignore[attr-defined]
+
+    plans()

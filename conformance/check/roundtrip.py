@@ -39,6 +39,7 @@ from conformance.check.roundtrip_cells import (
     OPTIM_OFFLOAD_SLICE,
     OPTIMIZER_SLICE,
     PRECISION_SLICE,
+    TP_PROPERTY_SLICE,
     TP_SLICE,
 )
 from conformance.check.sanity import sanity_records, sharding_problems
@@ -266,6 +267,7 @@ CHECK = Check(
                     )
                 ),
                 (HSDP_TP_SLICE, (8,)),
+                (TP_PROPERTY_SLICE, (2, 4)),
             ),
         }
     ),

@@ -84,6 +84,9 @@ EP_SLICE = Slice(
     storages=LAYOUT_STORAGES,
     models=("moe_dtensor",),
 )
+# The base cells of the tensor-parallel properties (hypothesis draws the mesh and a plan per
+# layer of a generated MLP): in the full profile.
+TP_PROPERTY_SLICE = dataclasses.replace(TP_SLICE, name="tensor parallel, the MLP", models=("mlp",))
 HSDP_TP_SLICE = Slice("HSDP + TP", HSDP_TP_WRAPPERS, ("dsd_full", "dsd_sharded"), models=("llama",))
 
 
