@@ -136,3 +136,19 @@ def test_the_tensor_parallel_properties_draw_a_mesh_and_a_plan_that_splits_over_
         assert spec.tp[first + 1] == "r" and spec.dims[first + 1] % degree == 0  # type: ignore[attr-defined]
 
     plans()
+
+
+def test_a_registered_strategy_claims_a_layout_like_a_built_in_wrapper() -> None:
+    """Supports.wrappers takes the layouts' pairs: a strategy claiming FSDP2 + TP gets the 2-D
+    cells of every mesh, with the layout's models, and nothing of the layouts it does not claim."""
+    from conformance.matrix import strategy_cells
+    from conformance.strategy.registry import RegisteredStrategy, Supports
+
+    claims = RegisteredStrategy(
+        "mine", builtin_strategy, Supports(wrappers=(("fsdp2", "tp"),)), storage="dcp"
+    )
+    cells = [c for c in strategy_cells(claims, "default", "roundtrip") if not claims.unsupported_reason(c)]
+    assert {(c.wrapper, c.sharding) for c in cells} == {("fsdp2", "tp")}
+    assert {c.mesh for c in cells} == {"1x2", "2x1", "1x4", "2x2", "4x1"}
+    assert {c.model for c in cells} == {"llama", "mlp_scalar"}
+    assert "mine-fsdp2_tp-sharded-dcp-adamw-llama-w4-mesh2x2" in {c.id for c in cells}
