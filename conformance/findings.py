@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.observed import EVENT_KINDS, IMPACTS, KINDS, Observed, worst
+from conformance.observed import EVENT_KINDS, IMPACTS, KINDS, SILENT_IMPACTS, Observed, worst
 from conformance.outcome import FAILING, CellResult, Outcome
 
 if sys.version_info >= (3, 11):
@@ -72,6 +72,10 @@ class Finding:
     # kind: tests/test_findings.py); and where it holds ("all devices", "CPU only", ...)
     impact: str = ""
     scope: str = "all devices"
+    # the errors it explains are the late sign of silent harm of this impact (one of
+    # SILENT_IMPACTS): a load dropped a param group's lr without a word, and the next optimizer
+    # step raised KeyError. Without it an error it explains refuses, a crash crashes.
+    errors_follow: str = ""
     _pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
     _key: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
@@ -143,6 +147,10 @@ def _finding(entry: dict[str, object], where: str) -> Finding:
         raise ValueError(
             f"{where} ({finding.id}): impact {finding.impact!r} is not one of {list(IMPACTS)} (worst first)"
         )
+    if finding.errors_follow not in ("", *SILENT_IMPACTS):
+        raise ValueError(
+            f"{where} ({finding.id}): errors_follow {finding.errors_follow!r} is not one of {list(SILENT_IMPACTS)}"
+        )
     bad = set(finding.kinds) - set(KINDS)
     if bad:
         raise ValueError(f"{where} ({finding.id}): unknown kinds {sorted(bad)}; kinds are {list(KINDS)}")
@@ -206,14 +214,17 @@ class Attribution:
 
 
 def record_impact(record: Observed, found: tuple[Finding, ...] | list[Finding]) -> str:
-    """A record's impact. An error, crash or hang is what it is (refuses, crashes, hangs). A
-    finding that selects its records by kind or key states the impact of the differences it
-    explains (it has looked at them: a scheduler left as built differs in values, and is lost
-    state, not corrupted). Otherwise the record's kind decides (IMPACT_OF_KIND); a check's own
-    verdict (sanity, hygiene, accepted damage) has none: the worst its findings declare, and the
-    worst of all while none explains it."""
-    if record.kind in EVENT_KINDS:  # an error refuses, a crash crashes, a hang hangs: loud, whatever
-        return record.impact or "refuses"
+    """A record's impact. An error, crash or hang is what it is (refuses, crashes, hangs),
+    unless a finding explaining an error says it is the late sign of silent harm
+    (errors_follow: the optimizer step that raises KeyError because a load dropped the param
+    group's lr without a word is lost state). A finding that selects its records by kind or key
+    states the impact of the differences it explains (it has looked at them: a scheduler left
+    as built differs in values, and is lost state, not corrupted). Otherwise the record's kind
+    decides (IMPACT_OF_KIND); a check's own verdict (sanity, hygiene, accepted damage) has none:
+    the worst its findings declare, and the worst of all while none explains it."""
+    if record.kind in EVENT_KINDS:
+        late = [f.errors_follow for f in found if f.errors_follow] if record.kind == "error" else []
+        return worst(late) or record.impact or "refuses"
     precise = [f.impact for f in found if f.selects]
     return worst(precise) or record.impact or worst(f.impact for f in found) or "corrupts"
 

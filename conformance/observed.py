@@ -25,6 +25,10 @@ IMPACTS: dict[str, str] = {
     "hangs": "a rank never finishes",
 }
 
+# The impacts no error, crash or hang announces: a finding may say an event was one of them
+# (the state was lost silently, and the error came later), never that a crash only refused.
+SILENT_IMPACTS = ("corrupts", "loses", "drifts")
+
 # A difference's kind -> its impact. Kinds of a check's own verdict (sanity, hygiene, accepted
 # damage) have none of their own: the finding that explains one says; unexplained, the worst.
 IMPACT_OF_KIND: dict[str, str] = {

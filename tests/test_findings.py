@@ -151,3 +151,17 @@ def test_a_marking_finding_explains_no_difference() -> None:
         1.0,
     )
     assert deprecated.covers(cell) and deprecated.about(cell) and not deprecated.explains(cell)
+
+
+def test_an_error_is_a_refusal_unless_its_finding_says_it_follows_silent_harm() -> None:
+    """An error after a silent loss (a param group's lr dropped on load, KeyError at the next
+    step) is the loss; a crash a finding calls "refuses" stays a crash."""
+    from conformance.findings import record_impact
+    from conformance.observed import Observed
+
+    by_id = {f.id: f for f in FINDINGS}
+    error = Observed("[run B]", "error", "optimizer step", message="KeyError: 'betas'")
+    crash = Observed("cell", "crash", message="rank 1 died of SIGSEGV")
+    assert record_impact(error, []) == "refuses"
+    assert record_impact(error, [by_id["dcp-pipeline-param-groups-lost"]]) == "loses"
+    assert record_impact(crash, [by_id["fsdp1-full-offload-cpu-crash"]]) == "crashes"
