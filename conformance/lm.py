@@ -1,7 +1,8 @@
 """A tiny llama-style language model, laid out as torchtitan lays out its llama: token
 embeddings, blocks of attention (wq, wk, wv, wo) and a SwiGLU feed-forward (w1, w2, w3), each
 behind an RMSNorm, a final norm and an output head. Its tensor-parallel plan is torchtitan's
-(attention and feed-forward inputs column-wise, outputs row-wise) and its pipeline split is
+(sequence parallelism on the norms, attention and feed-forward inputs column-wise, outputs
+row-wise, embeddings and head sharded over the vocabulary) and its pipeline split is
 torchtitan's manual one: a stage keeps the full model's names and drops the modules of other
 stages (set to None, which the forward skips).
 """
@@ -60,17 +61,18 @@ class TransformerBlock(nn.Module):
 
 
 class TinyLlama(nn.Module):
-    """Two blocks of width 16 (4 heads of 4), vocabulary 11, sequence 8: every parallelized
-    dimension divides by 1, 2 and 4 ranks."""
+    """Two blocks of width 16 (4 heads of 4), vocabulary 16, sequence 8: every parallelized
+    dimension (vocabulary, heads, hidden, the sequence of sequence parallelism) divides by 1,
+    2 and 4 ranks."""
 
     wrap_units: tuple[type[nn.Module], ...] = (TransformerBlock,)
-    vocab, width, seq, n_layers = 11, 16, 8, 2
+    vocab, width, seq, n_layers, hidden = 16, 16, 8, 2, 24
 
     def __init__(self) -> None:
         super().__init__()
         self.tok_embeddings: nn.Module | None = nn.Embedding(self.vocab, self.width)
         self.layers = nn.ModuleDict(
-            {str(i): TransformerBlock(self.width, 4, 24) for i in range(self.n_layers)}
+            {str(i): TransformerBlock(self.width, 4, self.hidden) for i in range(self.n_layers)}
         )
         self.norm: nn.Module | None = nn.RMSNorm(self.width)
         self.output: nn.Module | None = nn.Linear(self.width, self.vocab, bias=False)
@@ -87,23 +89,41 @@ class TinyLlama(nn.Module):
 
     @classmethod
     def tp_plan(cls) -> dict[str, Any]:
-        """torchtitan's llama plan for the blocks: module name -> parallel style. The embeddings,
-        norms and head stay replicated (torchtitan shards them too, with sequence parallelism,
-        which this plan leaves out)."""
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+        """torchtitan's llama plan (torchtitan/models/llama3/infra/parallelize.py,
+        apply_tp), module name -> parallel style: the embeddings row-wise into a
+        sequence-sharded activation, every norm SequenceParallel, attention and feed-forward
+        inputs gathered (PrepareModuleInput) into column-wise q, k, v, w1, w3, their outputs
+        row-wise back into sequence shards, the head column-wise with a replicated output (no
+        loss parallelism)."""
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            PrepareModuleInput,
+            RowwiseParallel,
+            SequenceParallel,
+        )
 
-        plan: dict[str, Any] = {}
+        plan: dict[str, Any] = {
+            "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+            "norm": SequenceParallel(),
+            "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+        }
         for i in range(cls.n_layers):
-            for name in (
-                "attention.wq",
-                "attention.wk",
-                "attention.wv",
-                "feed_forward.w1",
-                "feed_forward.w3",
-            ):
-                plan[f"layers.{i}.{name}"] = ColwiseParallel()
-            plan[f"layers.{i}.attention.wo"] = RowwiseParallel()
-            plan[f"layers.{i}.feed_forward.w2"] = RowwiseParallel()
+            block = f"layers.{i}"
+            plan[f"{block}.attention_norm"] = SequenceParallel()
+            plan[f"{block}.attention"] = PrepareModuleInput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
+            )
+            for name in ("attention.wq", "attention.wk", "attention.wv"):
+                plan[f"{block}.{name}"] = ColwiseParallel()
+            plan[f"{block}.attention.wo"] = RowwiseParallel(output_layouts=Shard(1))
+            plan[f"{block}.ffn_norm"] = SequenceParallel()
+            plan[f"{block}.feed_forward"] = PrepareModuleInput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
+            )
+            plan[f"{block}.feed_forward.w1"] = ColwiseParallel()
+            plan[f"{block}.feed_forward.w2"] = RowwiseParallel(output_layouts=Shard(1))
+            plan[f"{block}.feed_forward.w3"] = ColwiseParallel()
         return plan
 
     @classmethod
@@ -134,3 +154,10 @@ class TinyLlama(nn.Module):
     @classmethod
     def loss(cls, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return nn.functional.cross_entropy(out.float().reshape(-1, cls.vocab), target.reshape(-1))
+
+
+class ReshapedLlama(TinyLlama):
+    """TinyLlama's names with other shapes (a feed-forward hidden size of 32, not 24): a
+    checkpoint of a different model, for the corrupt check. Not an axis of the matrix."""
+
+    hidden = 32

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from conformance.generated import MODEL_PREFIX, generated_model
-from conformance.lm import TinyLlama
+from conformance.lm import ReshapedLlama, TinyLlama
 from conformance.moe_dtensor import DTensorExpertsMoE
 
 BATCH = 4
@@ -224,8 +224,14 @@ MODELS: dict[str, type[nn.Module]] = {
     "mlp_reshaped": ReshapedMLP,
     "mlp_scalar": ScalarAndCounter,
     "llama": TinyLlama,
+    "llama_reshaped": ReshapedLlama,
     "moe_dtensor": DTensorExpertsMoE,
 }
+
+
+# A model -> its twin with the same parameter names and other shapes: what the corrupt
+# check's other_model variant loads a checkpoint into.
+RESHAPED: dict[str, str] = {"mlp": "mlp_reshaped", "llama": "llama_reshaped"}
 
 
 def model_class(name: str) -> type[nn.Module]:

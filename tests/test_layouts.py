@@ -152,3 +152,27 @@ def test_a_registered_strategy_claims_a_layout_like_a_built_in_wrapper() -> None
     assert {c.mesh for c in cells} == {"1x2", "2x1", "1x4", "2x2", "4x1"}
     assert {c.model for c in cells} == {"llama", "mlp_scalar"}
     assert "mine-fsdp2_tp-sharded-dcp-adamw-llama-w4-mesh2x2" in {c.id for c in cells}
+
+
+def test_the_llama_plan_is_torchtitan_s_with_sequence_parallel_norms_the_sanity_check_spares() -> None:
+    """Every norm is SequenceParallel (its weight a replica on "tp", by design), so the sanity
+    check asks a shard of the column- and row-wise weights only."""
+    from torch.distributed.tensor.parallel import SequenceParallel
+
+    from conformance.check.sanity import parallel_params
+    from conformance.lm import TinyLlama
+
+    plan = TinyLlama.tp_plan()
+    norms = {m for m in plan if m.endswith("norm")}
+    assert norms == {
+        "norm",
+        "layers.0.attention_norm",
+        "layers.0.ffn_norm",
+        "layers.1.attention_norm",
+        "layers.1.ffn_norm",
+    }
+    assert all(isinstance(plan[m], SequenceParallel) for m in norms)
+    dim, sharded = parallel_params(TP)
+    assert dim == "tp" and "tok_embeddings.weight" in sharded and "output.weight" in sharded
+    assert not {f"{m}.weight" for m in norms} & set(sharded)
+    assert not {m for m in sharded if m.endswith(("attention.weight", "feed_forward.weight"))}

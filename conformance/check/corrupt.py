@@ -12,7 +12,12 @@ Variants (which apply is the storage's `damage`; where its parts are, its own me
   zip directory of a torch.save file, or DCP's own metadata of where each item lies);
 - missing_shard: the last rank's file deleted (per-rank files; DCP's data file of that rank);
 - missing_metadata: DCP's .metadata deleted;
-- other_model: loaded into a model with the same parameter names and other shapes.
+- other_model: loaded into a model with the same parameter names and other shapes (the
+  model's twin in conformance.models.RESHAPED; a model without one has no such cell).
+
+The data-parallel rows damage every storage; the parallel layouts (tensor parallel alone and
+on a 2-D mesh, pipeline stages) the sharded state through the formats that hold it: DCP and a
+file per rank.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from pathlib import Path
 from conformance.case import Case
 from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.phases import PhaseError, Phases, observed_of
-from conformance.check.slices import Slice
+from conformance.check.slices import TP_WRAPPERS, Slice
 from conformance.check.transfer import LoadSpec, SaveSpec, load_phase, save_phase
+from conformance.models import RESHAPED
 from conformance.observed import verdict
 from conformance.outcome import Outcome
 from conformance.strategy.storage import Storage
@@ -32,7 +38,6 @@ from conformance.strategy.storage.base import files
 from conformance.strategy.under_test import LOADING_CALLS
 
 FLIP = 16
-OTHER_MODEL = "mlp_reshaped"
 
 
 def _flip(path: Path, offset: int, length: int) -> str:
@@ -73,7 +78,7 @@ def damage(directory: Path, variant: str, storage: Storage, world_size: int) -> 
             victim.unlink()
         return f"deleted {', '.join(v.name for v in victims)}"
     if variant == "other_model":
-        return f"left as saved; loaded into {OTHER_MODEL} (same names, other shapes)"
+        return "left as saved; loaded into the model's twin with the same names and other shapes"
     raise ValueError(f"unknown corruption {variant!r}")
 
 
@@ -82,7 +87,9 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
     directory = phases.scratch()
     save_case = dataclasses.replace(case, check="roundtrip", variant="")
     load_case = (
-        dataclasses.replace(save_case, model=OTHER_MODEL) if case.variant == "other_model" else save_case
+        dataclasses.replace(save_case, model=RESHAPED[case.model])
+        if case.variant == "other_model"
+        else save_case
     )
     try:
         saved = phases.run("save", case.world_size, save_phase, SaveSpec(save_case, str(directory), factory))
@@ -124,6 +131,15 @@ CORRUPT_SLICE = Slice(
     (("ddp", "replicate"), ("fsdp1", "full_shard"), ("fsdp2", "shard")),
     ("dsd_sharded", "sd_full", "sd_sharded"),
 )
+# The parallel layouts: their sharded state (DTensor shards of TP, a stage's own layers; pipeline
+# stages also flattened by name, dcp-pipeline-param-groups-lost) through DCP and per-rank files.
+CORRUPT_LAYOUT_SLICE = Slice(
+    "bad checkpoints of parallel layouts",
+    (*TP_WRAPPERS, ("pp", "stages")),
+    ("dsd_sharded", "dsd_sharded_flat"),
+    storages=("dcp", "torch_save_per_rank"),
+    models=("llama",),
+)
 
 CHECK = Check(
     name="corrupt",
@@ -131,8 +147,8 @@ CHECK = Check(
     shape=CaseCells(
         {
             "ci": ((CORRUPT_SLICE, (2,)),),
-            "default": ((CORRUPT_SLICE, (2,)),),
-            "full": ((CORRUPT_SLICE, (1, 2, 4)),),
+            "default": ((CORRUPT_SLICE, (2,)), (CORRUPT_LAYOUT_SLICE, (2,))),
+            "full": ((CORRUPT_SLICE, (1, 2, 4)), (CORRUPT_LAYOUT_SLICE, (2, 4))),
         },
         variants=_damage_of,
     ),

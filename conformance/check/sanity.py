@@ -43,7 +43,14 @@ def parallel_params(case: Case) -> tuple[str, dict[str, str]]:
     of the model's tensor-parallel plan over "tp", its expert parameters over "ep"."""
     cls = model_class(case.model)
     if case.sharding in TP_SHARDINGS and hasattr(cls, "tp_plan"):
-        return "tp", {f"{m}.weight": "the plan parallelizes it" for m in cls.tp_plan()}  # type: ignore[attr-defined]
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        plan = cls.tp_plan()  # type: ignore[attr-defined]
+        return "tp", {  # SequenceParallel replicates a norm's weight; PrepareModuleInput has none
+            f"{m}.weight": f"the plan shards it ({type(style).__name__})"
+            for m, style in plan.items()
+            if isinstance(style, (ColwiseParallel, RowwiseParallel))
+        }
     if case.sharding == "ep" and hasattr(cls, "ep_params"):
         return "ep", {p: "expert parallelism shards it" for p in cls.ep_params()}  # type: ignore[attr-defined]
     return "", {}

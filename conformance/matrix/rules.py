@@ -13,7 +13,7 @@ from conformance.check.slices import (
     ONE_FILE_STORAGES,
     PER_RANK_STORAGES,
 )
-from conformance.models import MODELS
+from conformance.models import MODELS, RESHAPED
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.storage import STORAGES as STORAGE_OBJECTS
 
@@ -48,6 +48,7 @@ RANK0_ONLY_APIS = (
 NO_TP_PLAN = tuple(sorted(n for n, c in MODELS.items() if not hasattr(c, "tp_plan")))
 NO_EXPERT_PARAMS = tuple(sorted(n for n, c in MODELS.items() if not hasattr(c, "ep_params")))
 NO_PIPELINE_SPLIT = tuple(sorted(n for n, c in MODELS.items() if not hasattr(c, "keep_stage")))
+NO_RESHAPED_TWIN = tuple(sorted(n for n in MODELS if n not in RESHAPED))
 PIPELINE_MAX_STAGES = 2  # the blocks of conformance.lm.TinyLlama
 
 DCP_SAVED_STORAGES = tuple(n for n, s in STORAGE_OBJECTS.items() if getattr(s, "saves_with_dcp", False))
@@ -57,6 +58,11 @@ UNSUPPORTED: tuple[Rule, ...] = (
         Rule({"storage": name}, f"{name}: {storage.unavailable}")
         for name, storage in STORAGE_OBJECTS.items()
         if getattr(storage, "unavailable", None)
+    ),
+    Rule(
+        {"check": "corrupt", "variant": "other_model", "model": NO_RESHAPED_TWIN},
+        "the model has no twin with its parameter names and other shapes (conformance.models.RESHAPED) "
+        "to load the checkpoint into",
     ),
     Rule({"kind": "sharded", "storage": ONE_FILE_STORAGES}, _ONE_FILE.format(kind="sharded")),
     Rule({"kind": "local", "storage": ONE_FILE_STORAGES}, _ONE_FILE.format(kind="local")),
