@@ -56,7 +56,7 @@ class Case:
     # fsdp2+offload | tp | pp (family+option)
     wrapper: str
     # replicate (ddp) | full_shard, ..., hybrid_shard (fsdp1) | shard, hsdp, tp (dp x tp),
-    # hsdp_tp (replicate x shard x tp) (fsdp2) | tp (tp) | stages (pp)
+    # hsdp_tp (replicate x shard x tp) (fsdp2) | tp (tp) | stages, fsdp (stages x dp) (pp)
     sharding: str
     api: str  # a key of API_KINDS
     storage: str  # torch_save | torch_save_per_rank | dcp
@@ -71,7 +71,8 @@ class Case:
     strategy: str = ""
     # HSDP's (replicate, shard) mesh as "RxS", e.g. "1x4"; "" is (2, world_size / 2), the mesh
     # the matrix had before the axis existed (an id names only other meshes). FSDP2 + TP's
-    # (dp, tp) mesh "DxT", HSDP + TP's (replicate, shard, tp) "RxSxT".
+    # (dp, tp) mesh "DxT", HSDP + TP's (replicate, shard, tp) "RxSxT", pipeline stages with
+    # FSDP inside each (stages, dp) "PxD".
     mesh: str = ""
 
     def __post_init__(self) -> None:
@@ -111,7 +112,10 @@ class Case:
 
     def data_rank(self, rank: int) -> int:
         """Which data-parallel replica's batches a rank trains on: every rank of one
-        tensor-parallel group, and every stage of one pipeline, the same ones."""
+        tensor-parallel group, and every stage of one pipeline, the same ones; pipelines
+        with FSDP inside their stages (a (stages, dp) mesh) each their own."""
+        if self.family == "pp" and self.mesh:
+            return rank % self.mesh_shape[-1]
         if self.family in ("tp", "pp"):
             return 0
         if self.sharding in ("tp", "hsdp_tp"):
@@ -191,13 +195,8 @@ class Transfer:
         return self.save.world_size
 
     def data_rank(self, rank: int) -> int:
-        """Which data-parallel replica's batches a rank trains on: every rank of one
-        tensor-parallel group, and every stage of one pipeline, the same ones."""
-        if self.family in ("tp", "pp"):
-            return 0
-        if self.sharding in ("tp", "hsdp_tp"):
-            return rank // self.mesh_shape[-1]
-        return rank
+        """The saving configuration's (Case.data_rank)."""
+        return self.save.data_rank(rank)
 
     @property
     def kind(self) -> str:

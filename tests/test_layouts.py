@@ -1,4 +1,5 @@
-"""The parallel layouts (tensor parallel, 2-D meshes, pipeline stages, prefixing wrappers):
+"""The parallel layouts (tensor parallel, 2-D meshes, pipeline stages alone and with FSDP
+inside, prefixing wrappers):
 the built-in strategy passes, and a broken one per layout is caught by the check meant for it:
 a TP weight silently replicated (sanity), a pipeline stage's keys dropped (round trip), a
 wrapper prefix leaked into a full checkpoint (hygiene)."""
@@ -21,6 +22,7 @@ FSDP2_TP = Case("fsdp2", "tp", "dsd_sharded", "dcp", "adamw", "llama", 2, mesh="
 TP = Case("tp", "tp", "dsd_sharded", "dcp", "adamw", "llama", 2)
 EP = Case("fsdp2", "ep", "dsd_sharded", "dcp", "adamw", "moe_dtensor", 2, mesh="1x2")
 PP = Case("pp", "stages", "dsd_sharded_flat", "torch_save_per_rank", "adamw", "llama", 2)
+PP_FSDP = Case("pp", "fsdp", "dsd_sharded_flat", "dcp", "adamw", "llama", 4, mesh="2x2")
 AC_FULL = Case("fsdp2+ac", "shard", "dsd_full", "torch_save", "sgd", "llama", 2)
 COMPILED_FULL = Case("fsdp2+compile", "shard", "dsd_full", "torch_save", "sgd", "llama", 2)
 PP_TO_ONE = Transfer(
@@ -46,6 +48,7 @@ CONTROLS = [
     EP,
     TP,
     PP,
+    PP_FSDP,
     dataclasses.replace(AC_FULL, check="hygiene"),
     dataclasses.replace(COMPILED_FULL, check="hygiene"),
     PP_TO_ONE,
@@ -79,6 +82,11 @@ BROKEN: list[tuple[Callable[[Case], object], Case, list[str]]] = [
         broken_layouts.drops_last_stage,
         PP,
         ["full state: param/layers.1.", "values differ", "rank 1 local state: param/"],
+    ),
+    (  # the last stage's whole tensors live on ranks 2 and 3 only: the gathered state has them
+        broken_layouts.drops_last_stage,
+        dataclasses.replace(PP_FSDP, storage="torch_save_per_rank"),  # DCP refuses half a DTensor
+        ["full state: param/layers.1.", "values differ", "rank 3 local state: param/"],
     ),
     (
         broken_layouts.leaks_wrapper_prefix,

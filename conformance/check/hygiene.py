@@ -26,7 +26,7 @@ from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.compare import compare_states
 from conformance.check.phases import PhaseError, Phases, observed_of
 from conformance.check.roundtrip import StrategyFactory, limit_lines
-from conformance.check.slices import LAYOUT_WRAPPERS, MAIN_WRAPPERS, MODELS, Slice
+from conformance.check.slices import LAYOUT_WRAPPERS, MAIN_WRAPPERS, MODELS, PP_FSDP_WRAPPERS, Slice
 from conformance.check.snapshot import Snapshot
 from conformance.check.transfer import SaveSpec, save_phase
 from conformance.models import build_model
@@ -160,6 +160,9 @@ HYGIENE_LAYOUT_SLICE = Slice(
     models=("llama",),
 )
 HYGIENE_LAYOUT_CI_SLICE = dataclasses.replace(HYGIENE_LAYOUT_SLICE, storages=("torch_save",))
+HYGIENE_PP_FSDP_SLICE = dataclasses.replace(
+    HYGIENE_LAYOUT_SLICE, name="key hygiene of pipeline stages with FSDP", wrappers=PP_FSDP_WRAPPERS
+)
 
 CHECK = Check(
     name="hygiene",
@@ -167,8 +170,17 @@ CHECK = Check(
     shape=CaseCells(
         {
             "ci": ((HYGIENE_CI_SLICE, (2,)), (HYGIENE_MODELS_SLICE, (2,)), (HYGIENE_LAYOUT_CI_SLICE, (2,))),
-            "default": ((HYGIENE_CI_SLICE, (2,)), (HYGIENE_MODELS_SLICE, (2,)), (HYGIENE_LAYOUT_SLICE, (2,))),
-            "full": ((HYGIENE_SLICE, (1, 2, 4)), (HYGIENE_LAYOUT_SLICE, (2, 4))),
+            "default": (
+                (HYGIENE_CI_SLICE, (2,)),
+                (HYGIENE_MODELS_SLICE, (2,)),
+                (HYGIENE_LAYOUT_SLICE, (2,)),
+                (HYGIENE_PP_FSDP_SLICE, (4,)),
+            ),
+            "full": (
+                (HYGIENE_SLICE, (1, 2, 4)),
+                (HYGIENE_LAYOUT_SLICE, (2, 4)),
+                (HYGIENE_PP_FSDP_SLICE, (4,)),
+            ),
         },
     ),
     registered=True,

@@ -1,6 +1,7 @@
 """The relayout check: a checkpoint saved in one parallel layout is loaded in another (a 2-D
 (dp, tp) mesh into FSDP alone, into TP alone, into a smaller mesh, into one rank; TP degree 2
-into 4 and back; 2 pipeline stages into 1 and back; FSDP alone into a 2-D mesh). The canonical
+into 4 and back; 2 pipeline stages into 1 and back, with FSDP inside the stages into without
+and back; FSDP alone into a 2-D mesh). The canonical
 state compared is each whole tensor by its original name, bitwise, as for resharding
 (conformance.check.transfer runs it: save in one world, load in a separate one).
 
@@ -38,6 +39,8 @@ TP_PAIRS: tuple[tuple[Layout, Layout], ...] = (
 STAGE_PAIRS: tuple[tuple[Layout, Layout], ...] = (
     (("pp", "stages", "", 2), ("pp", "stages", "", 1)),  # 2 stages into 1
     (("pp", "stages", "", 1), ("pp", "stages", "", 2)),  # 1 stage into 2
+    (("pp", "fsdp", "2x2", 4), ("pp", "stages", "", 2)),  # FSDP inside the stages into stages alone
+    (("pp", "stages", "", 2), ("pp", "fsdp", "2x2", 4)),  # and back
 )
 EP_PAIRS: tuple[tuple[Layout, Layout], ...] = (
     (("fsdp2", "ep", "1x2", 2), ("fsdp2", "ep", "1x4", 4)),  # DTensor experts on 2 into 4 ranks

@@ -30,7 +30,7 @@ from conformance.check.roundtrip import (
     limit_lines,
     preload_hook,
 )
-from conformance.check.slices import LAYOUT_WRAPPERS, MAIN_APIS, MAIN_WRAPPERS, Slice
+from conformance.check.slices import LAYOUT_WRAPPERS, MAIN_APIS, MAIN_WRAPPERS, PP_FSDP_WRAPPERS, Slice
 from conformance.check.snapshot import count_elements, full_state, local_state
 from conformance.observed import Observed
 from conformance.outcome import Outcome
@@ -154,6 +154,9 @@ RESUME_LAYOUT_SLICE = Slice(
     optimizers=("adamw+sched",),
     models=("llama",),
 )
+RESUME_PP_FSDP_SLICE = dataclasses.replace(
+    RESUME_LAYOUT_SLICE, name="resume in pipeline stages with FSDP", wrappers=PP_FSDP_WRAPPERS
+)
 
 CHECK = Check(
     name="resume",
@@ -161,11 +164,17 @@ CHECK = Check(
     shape=CaseCells(
         {
             "ci": ((RESUME_SLICE, (2,)), (RESUME_IDLE_SLICE, (2,))),
-            "default": ((RESUME_SLICE, (2,)), (RESUME_IDLE_SLICE, (2,)), (RESUME_LAYOUT_SLICE, (2,))),
+            "default": (
+                (RESUME_SLICE, (2,)),
+                (RESUME_IDLE_SLICE, (2,)),
+                (RESUME_LAYOUT_SLICE, (2,)),
+                (RESUME_PP_FSDP_SLICE, (4,)),
+            ),
             "full": (
                 (RESUME_SLICE, (1, 2, 4)),
                 (RESUME_IDLE_SLICE, (1, 2, 4)),
                 (RESUME_LAYOUT_SLICE, (2, 4)),
+                (RESUME_PP_FSDP_SLICE, (4,)),
             ),
         }
     ),

@@ -38,6 +38,7 @@ from conformance.check.roundtrip_cells import (
     MOE_SLICE,
     OPTIM_OFFLOAD_SLICE,
     OPTIMIZER_SLICE,
+    PP_FSDP_SLICE,
     PRECISION_SLICE,
     TP_PROPERTY_SLICE,
     TP_SLICE,
@@ -252,6 +253,7 @@ CHECK = Check(
                 (LAYOUT_SLICE, (2,)),
                 (TP_SLICE, (4,)),  # every (dp, tp) mesh of 4 ranks
                 (EP_SLICE, (2, 4)),
+                (PP_FSDP_SLICE, (4,)),  # 2 stages, each FSDP over 2 ranks
             ),
             "full": (
                 *(
@@ -268,6 +270,7 @@ CHECK = Check(
                 ),
                 (HSDP_TP_SLICE, (8,)),
                 (TP_PROPERTY_SLICE, (2, 4)),
+                (PP_FSDP_SLICE, (2, 4)),
             ),
         }
     ),

@@ -17,6 +17,7 @@ from conformance.check.slices import (
     MAIN_WRAPPERS,
     MODELS,
     OPTIMIZERS,
+    PP_FSDP_WRAPPERS,
     TP_WRAPPERS,
     Slice,
 )
@@ -69,6 +70,9 @@ LAYOUT_SLICE = Slice(
     models=("llama", "mlp_scalar"),
 )
 TP_SLICE = dataclasses.replace(LAYOUT_SLICE, name="tensor parallel", wrappers=TP_WRAPPERS)
+PP_FSDP_SLICE = dataclasses.replace(
+    LAYOUT_SLICE, name="FSDP inside pipeline stages", wrappers=PP_FSDP_WRAPPERS, models=("llama",)
+)
 LAYOUT_CI_SLICE = Slice(
     "parallel layouts (ci)",
     LAYOUT_WRAPPERS,
@@ -131,7 +135,11 @@ FEATURES: tuple[Feature, ...] = (
         "experts sharded as DTensors over an expert-parallel mesh dimension",
         lambda a: a.get("sharding") == "ep",
     ),
-    Feature("pipeline", "one pipeline stage per rank", lambda a: a.get("wrapper") == "pp"),
+    Feature(
+        "pipeline",
+        "one pipeline stage per rank, or FSDP2 inside each stage",
+        lambda a: a.get("wrapper") == "pp",
+    ),
     Feature(
         "act. ckpt",
         "checkpoint_wrapper on the wrap units under FSDP2",

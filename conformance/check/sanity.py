@@ -84,15 +84,20 @@ def tp_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
 
 
 def stage_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
-    """Each pipeline stage holds its own parameters only: no name on two ranks, none empty,
-    the union the whole model's names. A collective."""
+    """Each pipeline stage holds its own parameters only: no name on ranks of two stages, none
+    empty, the union the whole model's names. A collective."""
     if case.family != "pp":
         return []
     mine = sorted(clean_name(n) for n, _ in model.named_parameters())
     names: list[list[str]] = [[] for _ in range(ctx.world_size)]
     dist.all_gather_object(names, mine)
     problems = []
-    shared = sorted(set(mine) & {n for r, held in enumerate(names) if r != ctx.rank for n in held})
+    dp = case.mesh_shape[-1] if case.mesh else 1  # a (stages, dp) mesh: rank = stage * dp + d
+
+    def others(r: int) -> bool:
+        return r // dp != ctx.rank // dp
+
+    shared = sorted(set(mine) & {n for r, held in enumerate(names) if others(r) for n in held})
     if shared:
         problems.append(
             f"rank {ctx.rank} holds {len(shared)} parameters another stage holds too, e.g. {shared[0]}"

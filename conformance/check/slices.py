@@ -27,6 +27,8 @@ LAYOUT_WRAPPERS: tuple[tuple[str, str], ...] = (
     ("pp", "stages"),
 )
 HSDP_TP_WRAPPERS: tuple[tuple[str, str], ...] = (("fsdp2", "hsdp_tp"),)
+# Pipeline stages with FSDP2 inside each, on a (stages, dp) mesh of 4 ranks.
+PP_FSDP_WRAPPERS: tuple[tuple[str, str], ...] = (("pp", "fsdp"),)
 # Experts as DTensors over a (dp, ep) mesh (torchtitan's MoE layout), on the moe_dtensor model.
 EP_WRAPPERS: tuple[tuple[str, str], ...] = (("fsdp2", "ep"),)
 DSD_ONLY_APIS: tuple[str, ...] = ("dsd_full", "dsd_sharded")
@@ -89,6 +91,11 @@ def hsdp_tp_meshes(world_size: int) -> tuple[str, ...]:
     return (f"2x{world_size // 4}x2",) if world_size % 4 == 0 else ("",)
 
 
+def pp_fsdp_meshes(world_size: int) -> tuple[str, ...]:
+    """The (stages, dp) mesh of a world: 2 stages (the model's blocks), FSDP over the rest."""
+    return (f"2x{world_size // 2}",) if world_size % 2 == 0 else ("",)
+
+
 def meshes(wrapper: str, sharding: str, world_size: int) -> tuple[str, ...]:
     """The mesh axis values of a wrapper's sharding at a world size ("": no mesh axis; TP alone
     is a 1-D mesh of every rank)."""
@@ -100,6 +107,8 @@ def meshes(wrapper: str, sharding: str, world_size: int) -> tuple[str, ...]:
         return hsdp_tp_meshes(world_size)
     if sharding == "ep":
         return ep_meshes(world_size)
+    if sharding == "fsdp" and wrapper == "pp":
+        return pp_fsdp_meshes(world_size)
     return ("",)
 
 

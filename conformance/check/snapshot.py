@@ -118,10 +118,26 @@ def full_state(
             pieces[key] = list(value)
         else:
             full[key] = copy.deepcopy(value)
-    gathered: list[Snapshot] | None = [{} for _ in range(ctx.world_size)] if ctx.rank == 0 else None
-    dist.gather_object(pieces, gathered, dst=0)
-    if gathered is None:
+    # A DTensor rank 0 does not hold itself (a later pipeline stage's, made whole over that
+    # stage's FSDP group) comes from the lowest rank that holds it. Python values stay rank 0's
+    # (every rank's are compared in its local state).
+    wholes = {k for k in full if isinstance(full[k], torch.Tensor)}
+    held_keys: list[list[str]] = [[] for _ in range(ctx.world_size)]
+    dist.all_gather_object(held_keys, sorted(wholes))
+    owner: dict[str, int] = {}
+    for r, keys in enumerate(held_keys):
+        for key in keys:
+            owner.setdefault(key, r)
+    elsewhere = {k: full[k] for k in wholes if ctx.rank != 0 and owner[k] == ctx.rank}
+    sent: list[tuple[Snapshot, Snapshot]] | None = (
+        [({}, {}) for _ in range(ctx.world_size)] if ctx.rank == 0 else None
+    )
+    dist.gather_object((pieces, elsewhere), sent, dst=0)
+    if sent is None:
         return None
+    gathered = [rank_pieces for rank_pieces, _ in sent]
+    for _, rank_elsewhere in sent:
+        full.update(rank_elsewhere)
     for key in [k for k in pieces if k.endswith("/params")]:  # every rank's names, first seen first
         names: list[str] = []
         for rank_pieces in gathered:

@@ -146,7 +146,11 @@ UNSUPPORTED: tuple[Rule, ...] = (
         "the model declares no pipeline split (keep_stage): which layers form a stage is the model's choice",
     ),
     Rule(
-        {"family": "pp", "world_size": tuple(range(PIPELINE_MAX_STAGES + 1, 9))},
+        {"family": "pp", "sharding": "fsdp", "world_size": (1, 3, 5, 7)},
+        f"{PIPELINE_MAX_STAGES} pipeline stages, each sharded over the same number of ranks: an even world",
+    ),
+    Rule(
+        {"family": "pp", "sharding": "stages", "world_size": tuple(range(PIPELINE_MAX_STAGES + 1, 9))},
         f"one pipeline stage per rank, and the model has {PIPELINE_MAX_STAGES} blocks: "
         f"{PIPELINE_MAX_STAGES} stages at most",
     ),

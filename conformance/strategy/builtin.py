@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from conformance.case import Case
 from conformance.strategy.parallel import Fsdp2EpWrapper, Fsdp2TpWrapper, TpWrapper
-from conformance.strategy.pipeline import PipelineWrapper
+from conformance.strategy.pipeline import PipelineFsdpWrapper, PipelineWrapper
 from conformance.strategy.prefixing import PrefixingFsdp2Wrapper
 from conformance.strategy.protocol import (
     ComposedStrategy,
@@ -67,7 +67,7 @@ WRAPPERS: dict[str, Callable[[Case], Wrapper]] = {
     "fsdp2+ac": lambda case: PrefixingFsdp2Wrapper("checkpoint"),
     "fsdp2+compile": lambda case: PrefixingFsdp2Wrapper("compile"),
     "tp": lambda case: TpWrapper(),
-    "pp": lambda case: PipelineWrapper(),
+    "pp": lambda case: PipelineFsdpWrapper(case.mesh_shape) if case.mesh else PipelineWrapper(),  # type: ignore[arg-type]
 }
 
 DSD_APIS: dict[str, StateApi] = {

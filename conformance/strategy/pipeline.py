@@ -1,37 +1,51 @@
 """Pipeline parallelism: each rank is one stage of the model, split by hand as torchtitan
 splits it (the model's `keep_stage`: the stage keeps its modules under the full model's names
 and drops the others), trained with torch.distributed.pipelining's PipelineStage and
-ScheduleGPipe, as their documentation builds them.
+ScheduleGPipe, as their documentation builds them. With a (stages, dp) mesh, as torchtitan
+composes PP with FSDP: each stage is fully sharded (FSDP2) over the "dp" ranks that hold it,
+and each dp coordinate is a pipeline of its own, on batches of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from conformance.strategy.wrappers import fully_shard_model
 from conformance.world import RankContext
 
 MICROBATCHES = 2
+MESH_DIMS = ("pp", "dp")
 
 
 class PipelineStep:
     """The stage's training step (the harness calls it for `model(x)` + loss + backward): the
     schedule runs forward and backward of every microbatch; the last stage's loss (the mean of
-    its microbatches') goes to every rank."""
+    its microbatches') goes to every stage of the pipeline. group: the pipeline's ranks (None:
+    every rank, one stage each)."""
 
-    def __init__(self, module: nn.Module, ctx: RankContext, loss: Callable[..., torch.Tensor]) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        ctx: RankContext,
+        loss: Callable[..., torch.Tensor],
+        stage: int,
+        stages: int,
+        group: Any = None,
+    ) -> None:
         from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
-        self.ctx = ctx
-        self.stage = PipelineStage(module, ctx.rank, ctx.world_size, ctx.device)
+        self.stage_index, self.stages, self.group = stage, stages, group
+        self.stage = PipelineStage(module, stage, stages, ctx.device, group=group)
         self.schedule = ScheduleGPipe(self.stage, n_microbatches=MICROBATCHES, loss_fn=loss)
 
     def __call__(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        first, last = self.ctx.rank == 0, self.ctx.rank == self.ctx.world_size - 1
+        first, last = self.stage_index == 0, self.stage_index == self.stages - 1
         losses: list[torch.Tensor] = []
         kwargs: dict[str, object] = {"target": target, "losses": losses} if last else {}
         if first:
@@ -39,9 +53,17 @@ class PipelineStep:
         else:
             self.schedule.step(**kwargs)
         mean = torch.stack(losses).mean().detach() if last else torch.zeros((), device=x.device)
-        if self.ctx.world_size > 1:
-            dist.broadcast(mean, src=self.ctx.world_size - 1)
+        if self.stages > 1:
+            src = self.stages - 1 if self.group is None else dist.get_global_rank(self.group, self.stages - 1)
+            dist.broadcast(mean, src=src, group=self.group)
         return mean
+
+
+def _split(model: nn.Module, stage: int, stages: int) -> None:
+    keep_stage = getattr(model, "keep_stage", None)
+    if keep_stage is None:
+        raise ValueError(f"{type(model).__name__} declares no pipeline split (keep_stage)")
+    keep_stage(stage, stages)
 
 
 @dataclass(frozen=True)
@@ -49,10 +71,26 @@ class PipelineWrapper:
     """One stage per rank; the stage module carries its step as `pipeline_step`."""
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
-        keep_stage = getattr(model, "keep_stage", None)
-        if keep_stage is None:
-            raise ValueError(f"{type(model).__name__} declares no pipeline split (keep_stage)")
-        keep_stage(ctx.rank, ctx.world_size)
+        _split(model, ctx.rank, ctx.world_size)
         model = model.to(ctx.device)
-        model.pipeline_step = PipelineStep(model, ctx, type(model).loss)  # type: ignore[attr-defined]
+        model.pipeline_step = PipelineStep(model, ctx, type(model).loss, ctx.rank, ctx.world_size)  # type: ignore[attr-defined]
+        return model
+
+
+@dataclass(frozen=True)
+class PipelineFsdpWrapper:
+    """Stages over the mesh's "pp" dimension, each fully sharded over its "dp" dimension
+    (torchtitan: the stage's model parallelized, then PipelineStage on the pp group)."""
+
+    mesh_shape: tuple[int, int]
+
+    def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(ctx.device.type, self.mesh_shape, mesh_dim_names=MESH_DIMS)
+        stage, stages = mesh["pp"].get_local_rank(), self.mesh_shape[0]
+        _split(model, stage, stages)
+        model = fully_shard_model(model.to(ctx.device), mesh["dp"], ctx)
+        step = PipelineStep(model, ctx, type(model).loss, stage, stages, mesh["pp"].get_group())
+        model.pipeline_step = step  # type: ignore[attr-defined]
         return model
