@@ -100,9 +100,9 @@ def test_default_profile_is_big_enough_and_covers_every_axis_value() -> None:
     assert len(default) >= 400
     runnable = [c for c in default if unsupported_reason(c) is None]
     assert len(runnable) >= 400
-    from conformance.check.slices import EP_WRAPPERS, LAYOUT_WRAPPERS
+    from conformance.check.slices import EP_WRAPPERS, LAYOUT_WRAPPERS, PP_FSDP_WRAPPERS
 
-    layouts = set(LAYOUT_WRAPPERS) | set(EP_WRAPPERS)
+    layouts = set(LAYOUT_WRAPPERS) | set(EP_WRAPPERS) | set(PP_FSDP_WRAPPERS)
     assert {(c.wrapper, c.sharding) for c in runnable} == set(ALL_WRAPPERS) | layouts
     assert {c.api for c in runnable} == set(API_KINDS)
     assert {c.storage for c in runnable} == set(STORAGES)
