@@ -166,3 +166,13 @@ def test_a_finding_whose_cells_no_table_has_keeps_its_versions(tmp_path: Path) -
     finding = Finding("g", "t", "bug", "s", ("crossversion-*",), torch=("2.14.1", "2.15.0"))
     text = 'id = "g"\ntorch = ["2.14.1", "2.15.0"]\n'
     assert update_finding_versions(text, [_table(tmp_path, "2.15.0", Outcome.FAIL)], [finding]) == text
+
+
+def test_a_venv_gets_the_checkpoint_libraries_its_torch_takes_and_every_new_adapter() -> None:
+    """torch_checkpointing needs torch >= 2.11: an older venv goes without it (its rows skip,
+    naming it); a cached venv whose entry points predate an adapter of the checkout is completed."""
+    from conformance.versions.venv import checkout_strategies, libraries_for
+
+    assert libraries_for("2.13.0") == ["torch_checkpointing>=0.1.1"]
+    assert libraries_for("2.10.0") == []
+    assert {"torch_checkpointing", "lightning_fsdp"} <= set(checkout_strategies(ROOT))

@@ -76,7 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reports", type=Path, default=CHECKOUT / "reports", help="default: this checkout's reports/"
     )
     parser.add_argument(
-        "--no-adapters", action="store_true", help="a new venv without lightning and accelerate"
+        "--no-adapters",
+        action="store_true",
+        help="a new venv without the adapters' frameworks and checkpoint libraries",
     )
     parser.add_argument("--install-only", action="store_true", help="make the venv, run nothing")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments, after --")

@@ -25,6 +25,11 @@ from conformance.strategy.registry import ENTRY_POINT_GROUP
 
 SUITE_PACKAGES = ("numpy", "pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "tabulate>=0.9")
 ADAPTER_PACKAGES = ("lightning>=2.4", "accelerate>=1.0", "safetensors")
+# the checkpoint libraries the adapters test (the `libraries` extra), each with the oldest torch
+# it installs beside: an older venv goes without it (its rows are skips that name it)
+LIBRARY_PACKAGES: dict[str, tuple[str, tuple[int, int]]] = {
+    "torch-checkpointing": ("torch_checkpointing>=0.1.1", (2, 11)),
+}
 READY = ".conformance-ready.json"  # written last: a venv without it is half made and made again
 
 
@@ -139,14 +144,40 @@ def _torch(held: dict[str, str]) -> str:
     return held.get("torch", "").split("+")[0]
 
 
-def _missing(venv: TorchVenv, held: dict[str, str], adapters: bool) -> str:
+def libraries_for(version: str) -> list[str]:
+    """The requirements of the checkpoint libraries that install beside torch `version`."""
+    major_minor = tuple(int(part) for part in version.split(".")[:2])
+    return [req for req, oldest in LIBRARY_PACKAGES.values() if major_minor >= oldest]
+
+
+def checkout_strategies(checkout: Path) -> list[str]:
+    """The strategies the checkout's pyproject.toml registers through entry points."""
+    import tomllib
+
+    project = tomllib.loads((checkout / "pyproject.toml").read_text())["project"]
+    return sorted(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
+
+
+def _missing(venv: TorchVenv, held: dict[str, str], adapters: bool, checkout: Path | None = None) -> str:
     """What of the suite the venv itself lacks ("" when nothing), `held` being what it holds
     (installed(venv)): the suite's install, and with `adapters` the entry points through which
-    the adapters register."""
+    the adapters register (all of the checkout's) and the checkpoint libraries of its torch."""
     if SUITE not in held:
         return "the venv does not hold the suite"
-    if adapters and not registered_strategies(venv):
+    if not adapters:
+        return ""
+    registered = registered_strategies(venv)
+    if not registered:
         return "the venv registers no adapter through entry points"
+    if checkout is not None:
+        new = sorted(set(checkout_strategies(checkout)) - set(registered))
+        if new:
+            return f"the checkout registers strategies the venv does not ({', '.join(new)})"
+    names = {name.replace("_", "-").replace(".", "-") for name in held}  # as PEP 503 normalizes them
+    wanted = libraries_for(venv.version)
+    lacking = [dist for dist, (req, _) in LIBRARY_PACKAGES.items() if req in wanted and dist not in names]
+    if lacking:
+        return f"the venv lacks the checkpoint libraries {', '.join(lacking)}"
     return ""
 
 
@@ -159,7 +190,7 @@ def ensure(venv: TorchVenv, checkout: Path, *, adapters: bool = True, say: Say =
     now = installed(venv) if venv.python.exists() else {}
     marked = venv.ready()
     if marked is not None and _torch(marked) == venv.version:
-        missing = _missing(venv, now, adapters)
+        missing = _missing(venv, now, adapters, checkout)
         if not missing:
             say(f"venv {venv.path}: cached (torch {marked['torch']})")
             return marked
@@ -175,10 +206,11 @@ def ensure(venv: TorchVenv, checkout: Path, *, adapters: bool = True, say: Say =
         _pip(venv, ["-q", "--upgrade", "pip"], say)
         _install(venv, [f"torch=={venv.version}"], say)
     # torch pinned again, so that nothing installed after it moves it
-    _install(venv, [*SUITE_PACKAGES, *(ADAPTER_PACKAGES if adapters else ()), f"torch=={venv.version}"], say)
+    frameworks = [*ADAPTER_PACKAGES, *libraries_for(venv.version)] if adapters else []
+    _install(venv, [*SUITE_PACKAGES, *frameworks, f"torch=={venv.version}"], say)
     _install(venv, ["--no-deps", "-e", str(checkout)], say)
     held = installed(venv)
-    missing = _missing(venv, held, adapters)
+    missing = _missing(venv, held, adapters, checkout)
     if missing:
         raise InstallError(
             f"{venv.path}: after `pip install -e {checkout}`, {missing}; a run there would publish "
