@@ -23,6 +23,7 @@ Exit 1 + "BUG PRESENT:" if it reproduces, 0 + "FIXED:" if not, 2 on any setup fa
 """
 
 import os
+import shutil
 import sys
 import tempfile
 import traceback
@@ -71,6 +72,13 @@ def main():
 
     base = sys.argv[1] if len(sys.argv) > 1 else "."
     directory = tempfile.mkdtemp(prefix="tc-direct-io-", dir=base)
+    try:
+        return show(directory, torch_checkpointing, LocalFileSystemStorageConfig)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def show(directory, torch_checkpointing, LocalFileSystemStorageConfig):
     print(f"torch {torch.__version__}, torch_checkpointing {torch_checkpointing.__version__}, in {directory}")
     if not refuses_unaligned_direct_writes(directory):
         print("CANNOT SHOW HERE: this filesystem takes unaligned O_DIRECT writes or refuses O_DIRECT at open (tmpfs, btrfs): it cannot show the bug; run it on ext4 or XFS")
