@@ -51,6 +51,9 @@ class Finding:
     kind: str  # a key of CLASSES
     summary: str
     cells: tuple[str, ...]  # fnmatch patterns on cell ids
+    # fnmatch patterns of cells among those that it is not about: a library's own code with the
+    # same symptom is that library's finding (torchtitan's optimizer flattening, not torch's DSD)
+    not_cells: tuple[str, ...] = ()
     detail: str = ""  # a regular expression the cell's detail must contain (re.search)
     outcomes: tuple[str, ...] = tuple(o.value for o in sorted(FAILING - {Outcome.HARNESS_ERROR}))
     torch: tuple[str, ...] = ()  # versions it was seen on
@@ -83,6 +86,8 @@ class Finding:
         """Whether the cell is one this finding is about (its id and outcome; a harness-error
         never is)."""
         if cell.outcome is Outcome.HARNESS_ERROR or cell.outcome.value not in self.outcomes:
+            return False
+        if any(fnmatch.fnmatchcase(cell.id, pattern) for pattern in self.not_cells):
             return False
         return any(fnmatch.fnmatchcase(cell.id, pattern) for pattern in self.cells)
 

@@ -62,7 +62,7 @@ STRATEGY = RegisteredStrategy(
     supports=Supports(
         wrappers=(("fsdp2", "shard"),),
         kinds=("sharded",),
-        checks=("roundtrip", "resume", "reshard", "interop", "hygiene", "corrupt"),
+        checks=("roundtrip", "resume", "reshard", "relayout", "interop", "hygiene", "corrupt"),
     ),
     storage="dcp",
 )

@@ -413,6 +413,24 @@ class SkipsLoadOnOtherWorldSize(Delegating):
             self.base.load(state, path, ctx)
 
 
+def _layout(model: nn.Module) -> str:
+    """How the parameters are placed (their DTensor placements): FSDP alone and a 2-D mesh differ."""
+    return repr([(n, str(getattr(p, "placements", ""))) for n, p in model.named_parameters()])
+
+
+class SkipsLoadInOtherLayout(Delegating):
+    """Loads only into the parallel layout it saved in; elsewhere it starts afresh, silently."""
+
+    def save(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        self.base.save(state, path, ctx)
+        if ctx.rank == 0:
+            (path / "layout").write_text(_layout(state.model))
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        if (path / "layout").read_text() == _layout(state.model):
+            self.base.load(state, path, ctx)
+
+
 def _prefixed(out: dict) -> dict:
     return {**out, "model": {f"module.{k}": v for k, v in out["model"].items()}}
 
@@ -446,14 +464,15 @@ every_check_control = _registered(None, "every_check_control")
 every_check_no_op_load = _registered(NoOpLoad, "every_check_no_op_load")
 every_check_stale_gradients = _registered(LeavesStaleGradients, "every_check_stale_gradients")
 every_check_skips_other_sizes = _registered(SkipsLoadOnOtherWorldSize, "every_check_skips_other_sizes")
+every_check_skips_other_layouts = _registered(SkipsLoadInOtherLayout, "every_check_skips_other_layouts")
 every_check_negates = _registered(NegatesOwnWeights, "every_check_negates")
 every_check_prefixes = _registered(PrefixesModelKeys, "every_check_prefixes")
 every_check_swallows = _registered(SwallowsLoadErrors, "every_check_swallows")
 
 EVERY_CHECK = Supports(
-    wrappers=(("fsdp2", "shard"),),
+    wrappers=(("fsdp2", "shard"), ("fsdp2", "tp")),
     kinds=("full", "sharded"),
-    checks=("corrupt", "hygiene", "interop", "reshard", "resume", "roundtrip"),
+    checks=("corrupt", "hygiene", "interop", "relayout", "reshard", "resume", "roundtrip"),
 )
 
 

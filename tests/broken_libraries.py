@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from conformance.adapters.torch_checkpointing import TorchCheckpointing
+from conformance.adapters.torchtitan import Torchtitan, TrainStep
 from conformance.case import Case
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.storage.dcp_async import tensors_in
@@ -62,3 +63,83 @@ def stages_the_step_after(case: Case) -> TorchCheckpointing:
 
 def loads_no_optimizer(case: Case) -> TorchCheckpointing:
     return LoadsNoOptimizer(case)
+
+
+@dataclass(frozen=True)
+class TitanStagesTheStepAfter(Torchtitan):
+    """torchtitan's async save whose staging lands after the next step: the checkpoint holds
+    the step after the call."""
+
+    def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        step = state.scheduler.schedulers[0].last_epoch
+        manager = self.manager(state, path, TrainStep(step))
+        live = tensors_in([state.model.state_dict(), [o.state for o in state.optimizers]])
+        try:
+            with torch.no_grad():
+                kept = [t.clone() for t in live]
+                for tensor in live:
+                    tensor.add_(1.0)
+                manager.save(step)
+                manager.maybe_wait_for_saving()
+                for tensor, value in zip(live, kept, strict=True):
+                    tensor.copy_(value)
+        finally:
+            manager.close()
+
+
+@dataclass(frozen=True)
+class TitanExcludesTheOptimizer(Torchtitan):
+    """A load with torchtitan's `exclude_from_loading=["optimizer", "lr_scheduler"]`: the
+    optimizer and the scheduler keep their fresh state."""
+
+    def manager(self, state: TrainState, path: Path, train_state: TrainStep) -> Any:
+        from torchtitan.components.checkpointer import CheckpointManager
+
+        config = CheckpointManager.Config(
+            enable=True, folder="checkpoint", interval=1, exclude_from_loading=["optimizer", "lr_scheduler"]
+        )
+        return config.build(
+            dataloader=None,
+            model_parts=[state.model],
+            optimizers=state.optim,
+            lr_schedulers=state.scheduler,
+            states={"train_state": train_state},
+            sd_adapter=None,
+            base_folder=str(path),
+        )
+
+
+@dataclass(frozen=True)
+class TitanForgetsTheHolders(Torchtitan):
+    """own_training without TrainState.holders: the harness could read no optimizer state."""
+
+    def own_training(self, state: TrainState, ctx: RankContext) -> TrainState:
+        owned = super().own_training(state, ctx)
+        return TrainState(owned.model, owned.optim, owned.scheduler)
+
+
+@dataclass(frozen=True)
+class TitanKeepsTheOldLayout(Torchtitan):
+    """A load that restores only a checkpoint written by as many ranks as it has (one DCP file
+    per rank) and otherwise keeps the fresh state, as if resharding were a no-op."""
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        step_dir = max((path / "checkpoint").glob("step-*"))
+        if len(list(step_dir.glob("*.distcp"))) == ctx.world_size:
+            super().load(state, path, ctx)
+
+
+def titan_stages_the_step_after(case: Case) -> Torchtitan:
+    return TitanStagesTheStepAfter(case, async_mode="async")
+
+
+def titan_excludes_the_optimizer(case: Case) -> Torchtitan:
+    return TitanExcludesTheOptimizer(case)
+
+
+def titan_forgets_the_holders(case: Case) -> Torchtitan:
+    return TitanForgetsTheHolders(case)
+
+
+def titan_keeps_the_old_layout(case: Case) -> Torchtitan:
+    return TitanKeepsTheOldLayout(case)

@@ -193,7 +193,10 @@ TORCH_CHECKPOINTING_RESHARD = RegisteredStrategy(
     name="torch_checkpointing_reshard",
     factory=resharding,
     supports=Supports(
-        wrappers=LAYOUTS, kinds=("sharded",), checks=("resume", "roundtrip", "reshard"), models=ADAPTER_MODELS
+        wrappers=LAYOUTS,
+        kinds=("sharded",),
+        checks=("resume", "roundtrip", "reshard", "relayout"),
+        models=ADAPTER_MODELS,
     ),
     storage="torch_checkpointing",
     requires=(DIST,),

@@ -16,10 +16,12 @@ gather, never from a state-dict API:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
-from conformance.check.snapshot import Snapshot, clean_name, full_state
+from conformance.check.snapshot import Optimizers, Snapshot, clean_name, full_state
 from conformance.world import RankContext
 
 # flat parameter name -> its pieces in order: (original name or None for padding, numel, shape)
@@ -92,8 +94,8 @@ def canonicalize(full: Snapshot, layouts: dict[str, Layout], shapes: dict[str, t
 
 def canonical_state(
     model: nn.Module,
-    optim: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+    optim: Optimizers,
+    scheduler: Any,
     ctx: RankContext,
     *,
     sharded: bool,

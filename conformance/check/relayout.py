@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from conformance.case import Case, Transfer
 from conformance.check import transfer
-from conformance.check.base import Check, Feature
-from conformance.strategy.registry import RegisteredStrategy
+from conformance.check.base import Check, Feature, mine
+from conformance.strategy.registry import STRATEGY_KINDS, RegisteredStrategy
 
 # A layout: (wrapper, sharding, mesh, world size).
 Layout = tuple[str, str, str, int]
@@ -82,8 +82,9 @@ def pairs_cells(
 
 @dataclass(frozen=True)
 class LayoutCells:
-    """Saved in one layout, loaded in another: profile -> (saved in, loaded in) pairs. Not
-    offered to registered strategies yet (a strategy declares layouts, not pairs of them)."""
+    """Saved in one layout, loaded in another: profile -> (saved in, loaded in) pairs. A
+    registered strategy gets every pair in each kind it may save, in its name and storage; it
+    takes those whose two layouts (and model, world sizes) it declares."""
 
     pairs: Mapping[str, tuple[tuple[Layout, Layout], ...]]
 
@@ -92,7 +93,14 @@ class LayoutCells:
         return sorted(pairs_cells(self.pairs.get(profile, ()), formats), key=lambda c: c.id)
 
     def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Transfer]:
-        return []
+        api, storage = FORMATS[0]  # the built-in side's, replaced by the strategy's own (mine)
+        out = set()
+        for save, load in self.pairs.get(profile, ()):
+            model = _model(save)
+            base = (_case(save, api, storage, model), _case(load, api, storage, model))
+            for kind in STRATEGY_KINDS:
+                out.add(Transfer(check, mine(strategy, base[0], kind), mine(strategy, base[1], kind)))
+        return sorted(out, key=lambda c: c.id)
 
 
 CHECK = Check(
@@ -107,4 +115,5 @@ CHECK = Check(
     ),
     execute=transfer.execute,
     features=(Feature("relayout", "loads in another parallel layout"),),
+    registered=True,
 )

@@ -54,8 +54,8 @@ def _finish(state: Any, case: Case, ctx: RankContext) -> dict[str, Any]:
     sharded = flat_sharded(case, ctx.world_size)
     return {
         "losses": losses,
-        "local": local_state(state.model, state.optim, state.scheduler),
-        "full": full_state(state.model, state.optim, state.scheduler, ctx, sharded=sharded),
+        "local": local_state(state.model, state.optimizers, state.scheduler),
+        "full": full_state(state.model, state.optimizers, state.scheduler, ctx, sharded=sharded),
     }
 
 
@@ -71,9 +71,12 @@ def run_a(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
         steps=train_steps(spec.case.optimizer),
     )
     holds: list[bool] = [False] * ctx.world_size  # a rank whose shard is empty may hold none
-    dist.all_gather_object(holds, bool(state.optim.state))
+    dist.all_gather_object(holds, any(o.state for o in state.optimizers))
     if not any(holds):
-        raise VacuousCheckError("the optimizer holds no state after training: nothing to resume")
+        raise VacuousCheckError(
+            "the optimizer holds no state after training: nothing to resume (a framework's container "
+            "of optimizers: own_training lists the torch optimizers in it as TrainState.holders)"
+        )
     strategy.save(state, Path(spec.directory), ctx)
     return _finish(state, spec.case, ctx)
 

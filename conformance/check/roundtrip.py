@@ -50,6 +50,7 @@ from conformance.models import build_model
 from conformance.observed import from_detail
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
+from conformance.strategy.owned import owned_state
 from conformance.strategy.protocol import Strategy, TrainState
 from conformance.strategy.under_test import strategy_under_test
 from conformance.training import build_optimizer, train, train_steps
@@ -81,7 +82,10 @@ def _require_substance(snapshot: Snapshot) -> None:
     if not any(k.startswith("param/") for k in snapshot):
         raise VacuousCheckError("the trained model has no parameters to compare")
     if not any(k.startswith("optim/") for k in snapshot):
-        raise VacuousCheckError("the optimizer holds no state after training: nothing to compare")
+        raise VacuousCheckError(
+            "the optimizer holds no state after training: nothing to compare (a framework's container "
+            "of optimizers: own_training lists the torch optimizers in it as TrainState.holders)"
+        )
 
 
 def differs_somewhere(trained: Snapshot, fresh: Snapshot) -> bool:
@@ -104,7 +108,7 @@ def fresh_state(
         preload(model)
     model = strategy.wrap(model, ctx)
     optim, scheduler = build_optimizer(case.optimizer, model)
-    return TrainState(model, optim, scheduler)
+    return owned_state(strategy, TrainState(model, optim, scheduler), ctx)
 
 
 def preload_hook(strategy: Strategy, path: Path, ctx: RankContext) -> Callable[[Any], None] | None:
@@ -155,14 +159,14 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     train(trained.model, trained.optim, trained.scheduler, ctx, case, steps=train_steps(case.optimizer))
     failures = sharding_problems(case, ctx, trained.model)
     observed = sanity_records(failures, ctx.rank)
-    before_local = local_state(trained.model, trained.optim, trained.scheduler)
-    before_full = full_state(trained.model, trained.optim, trained.scheduler, ctx, sharded=sharded)
+    before_local = local_state(trained.model, trained.optimizers, trained.scheduler)
+    before_full = full_state(trained.model, trained.optimizers, trained.scheduler, ctx, sharded=sharded)
     if ctx.rank == 0:  # the whole state: a rank whose shard is empty may hold no optimizer state
         _require_substance(before_full)  # type: ignore[arg-type]
 
     path = ctx.cell_dir / "checkpoint"
     strategy.save(trained, path, ctx)
-    after_save = local_state(trained.model, trained.optim, trained.scheduler)
+    after_save = local_state(trained.model, trained.optimizers, trained.scheduler)
     changed = compare_states(before_local, after_save)
     failures += [f"rank {ctx.rank}: save changed the live state: {d}" for d in changed]
     observed += [d.observed("live state after save", ctx.rank) for d in changed]
@@ -172,15 +176,15 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
         raise VacuousCheckError(
             "the strategy returned the trained model again instead of wrapping the fresh one"
         )
-    fresh_full = full_state(fresh.model, fresh.optim, fresh.scheduler, ctx, sharded=sharded)
+    fresh_full = full_state(fresh.model, fresh.optimizers, fresh.scheduler, ctx, sharded=sharded)
     if ctx.rank == 0 and not differs_somewhere(before_full, fresh_full):  # type: ignore[arg-type]
         raise VacuousCheckError(
             "the fresh model already equals the trained one: a load could not be told from no load"
         )
 
     fresh = load_checkpoint(strategy, case, ctx, path, fresh)
-    after_local = local_state(fresh.model, fresh.optim, fresh.scheduler)
-    after_full = full_state(fresh.model, fresh.optim, fresh.scheduler, ctx, sharded=sharded)
+    after_local = local_state(fresh.model, fresh.optimizers, fresh.scheduler)
+    after_full = full_state(fresh.model, fresh.optimizers, fresh.scheduler, ctx, sharded=sharded)
     buffers = expected_buffers(ctx, before_local, after_local)
     expected_local = {**before_local, **buffers}
 

@@ -15,6 +15,7 @@ holds rank 0's copy of every buffer, and each rank's own copy is compared in its
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -26,6 +27,8 @@ from conformance.world import RankContext
 WRAPPER_SEGMENTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
 
 Snapshot = dict[str, Any]
+# an optimizer, or the torch optimizers a framework's container holds (TrainState.optimizers)
+Optimizers = torch.optim.Optimizer | Sequence[torch.optim.Optimizer]
 
 
 def clean_name(fqn: str) -> str:
@@ -55,21 +58,27 @@ def _stray_key(key: object) -> str:
     return f"<not a parameter: {key!r}>"
 
 
-def _raw_state(
-    model: nn.Module, optim: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler | None
-) -> Snapshot:
-    """Every state value as it lives on this rank (DTensors kept as DTensors)."""
+def holders(optim: Optimizers) -> tuple[torch.optim.Optimizer, ...]:
+    """The torch optimizers to read: one, or the holders a framework's container has
+    (TrainState.optimizers; conformance.strategy.owned)."""
+    return (optim,) if isinstance(optim, torch.optim.Optimizer) else tuple(optim)
+
+
+def _raw_state(model: nn.Module, optim: Optimizers, scheduler: Any) -> Snapshot:
+    """Every state value as it lives on this rank (DTensors kept as DTensors). The param groups
+    of several optimizers are numbered on, in their order."""
     names = {id(p): clean_name(n) for n, p in model.named_parameters()}
     out: Snapshot = {}
     for name, param in model.named_parameters():
         out[f"param/{clean_name(name)}"] = param
     for name, buf in model.named_buffers():
         out[f"buffer/{clean_name(name)}"] = buf
-    for param, entries in optim.state.items():
+    optimizers = holders(optim)
+    for param, entries in (item for o in optimizers for item in o.state.items()):
         pname = names.get(id(param)) or _stray_key(param)
         for key, value in entries.items():
             out[f"optim/{pname}/{key}"] = value
-    for i, group in enumerate(optim.param_groups):
+    for i, group in enumerate(g for o in optimizers for g in o.param_groups):
         for key, value in group.items():
             if key == "params":
                 value = [names.get(id(p), "<unnamed>") for p in value]
@@ -80,11 +89,7 @@ def _raw_state(
     return out
 
 
-def local_state(
-    model: nn.Module,
-    optim: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-) -> Snapshot:
+def local_state(model: nn.Module, optim: Optimizers, scheduler: Any = None) -> Snapshot:
     """This rank's pieces, copied (tensors to the CPU): safe to keep while training goes on."""
     return {
         k: local_tensor(v) if isinstance(v, torch.Tensor) else copy.deepcopy(v)
@@ -94,8 +99,8 @@ def local_state(
 
 def full_state(
     model: nn.Module,
-    optim: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+    optim: Optimizers,
+    scheduler: Any,
     ctx: RankContext,
     *,
     sharded: bool,

@@ -62,7 +62,7 @@ def _canonical(state: Any, case: Case, ctx: RankContext) -> Snapshot | None:
     plain = build_model(case.model, ctx.seed, ctx.rank, ctx.world_size)
     return canonical_state(
         state.model,
-        state.optim,
+        state.optimizers,
         state.scheduler,
         ctx,
         sharded=flat_sharded(case, ctx.world_size),

@@ -18,11 +18,22 @@ StateDict = dict[str, Any]
 @dataclass
 class TrainState:
     """What a checkpoint must carry: the wrapped model, its optimizer, and an LR scheduler
-    when the cell has one (its state is part of the checkpoint too)."""
+    when the cell has one (its state is part of the checkpoint too).
+
+    holders: when `optim` is a framework's container of torch optimizers (torchtitan's
+    OptimizersContainer), the torch optimizers in it, which hold the state: the harness's own
+    snapshot reads these, as it reads FSDP's shards, while training steps `optim`. Empty for a
+    torch optimizer (conformance.strategy.owned)."""
 
     model: nn.Module
     optim: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+    scheduler: Any = None  # an LRScheduler, or a framework's container of them
+    holders: tuple[torch.optim.Optimizer, ...] = ()
+
+    @property
+    def optimizers(self) -> tuple[torch.optim.Optimizer, ...]:
+        """The torch optimizers holding the optimizer state, for the harness's snapshot."""
+        return self.holders or (self.optim,)
 
 
 @runtime_checkable
@@ -42,6 +53,9 @@ class Strategy(Protocol):
     Optional: `read_model_state(path) -> dict` for full checkpoints: the model state dict the
     checkpoint holds, read in one process without a process group, as export or inference
     code would consume it (the hygiene check loads it into the plain model, strict=True).
+
+    Optional: `own_training(state, ctx) -> TrainState` for a framework that builds the
+    optimizer and the LR scheduler itself (conformance.strategy.owned).
     """
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module: ...

@@ -1,7 +1,7 @@
 """The strategy as a check calls it: every call into it is code under test.
 
-An exception escaping the strategy's constructor, `wrap`, `save`, `load`, `load_before_wrap`
-or `read_model_state` (and the framework code they call) is the cell's `error`; anything else
+An exception escaping the strategy's constructor, `wrap`, `save`, `load`, `load_before_wrap`,
+`read_model_state` or `own_training` (and the framework code they call) is the cell's `error`; anything else
 that raises on a rank is the harness's (conformance.world.attribution).
 """
 
@@ -19,7 +19,7 @@ from conformance.strategy.protocol import Strategy, TrainState
 from conformance.world import RankContext
 from conformance.world.attribution import code_under_test
 
-OPTIONAL_METHODS = ("load_before_wrap", "read_model_state")
+OPTIONAL_METHODS = ("load_before_wrap", "read_model_state", "own_training")
 # The calls in which the strategy reads a checkpoint: where a load that must fail must raise.
 LOADING_CALLS = ("strategy.load", "strategy.load_before_wrap")
 

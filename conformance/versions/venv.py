@@ -25,10 +25,27 @@ from conformance.strategy.registry import ENTRY_POINT_GROUP
 
 SUITE_PACKAGES = ("numpy", "pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "tabulate>=0.9")
 ADAPTER_PACKAGES = ("lightning>=2.4", "accelerate>=1.0", "safetensors")
-# the checkpoint libraries the adapters test (the `libraries` extra), each with the oldest torch
-# it installs beside: an older venv goes without it (its rows are skips that name it)
-LIBRARY_PACKAGES: dict[str, tuple[str, tuple[int, int]]] = {
-    "torch-checkpointing": ("torch_checkpointing>=0.1.1", (2, 11)),
+
+
+@dataclass(frozen=True)
+class Library:
+    """A checkpoint library the adapters test: its requirement, the oldest torch it installs
+    beside (an older venv goes without it: its rows are skips that name it), and whether it
+    installs without its own requirements (what its checkpoint code imports is listed too)."""
+
+    requirement: str
+    oldest_torch: tuple[int, int]
+    no_deps: bool = False
+
+
+# the `libraries` extra, and torchtitan as the README installs it: its own requirements pull
+# datasets, tensorboard, wandb, torchdata and more; its checkpointer and optimizer containers
+# import torch, tyro and spmd_types only (tried with torch 2.13 and 2.15)
+LIBRARY_PACKAGES: dict[str, Library] = {
+    "torch-checkpointing": Library("torch_checkpointing>=0.1.1", (2, 11)),
+    "tyro": Library("tyro>=0.9", (2, 13)),
+    "torchtitan": Library("torchtitan==0.3.0", (2, 13), no_deps=True),
+    "spmd-types": Library("spmd_types>=0.3", (2, 13), no_deps=True),
 }
 READY = ".conformance-ready.json"  # written last: a venv without it is half made and made again
 
@@ -144,10 +161,15 @@ def _torch(held: dict[str, str]) -> str:
     return held.get("torch", "").split("+")[0]
 
 
-def libraries_for(version: str) -> list[str]:
-    """The requirements of the checkpoint libraries that install beside torch `version`."""
+def libraries_for(version: str, *, no_deps: bool = False) -> list[str]:
+    """The requirements of the checkpoint libraries that install beside torch `version`: those
+    installed with their requirements, or (no_deps) those installed without."""
     major_minor = tuple(int(part) for part in version.split(".")[:2])
-    return [req for req, oldest in LIBRARY_PACKAGES.values() if major_minor >= oldest]
+    return [
+        lib.requirement
+        for lib in LIBRARY_PACKAGES.values()
+        if major_minor >= lib.oldest_torch and lib.no_deps == no_deps
+    ]
 
 
 def checkout_strategies(checkout: Path) -> list[str]:
@@ -174,8 +196,10 @@ def _missing(venv: TorchVenv, held: dict[str, str], adapters: bool, checkout: Pa
         if new:
             return f"the checkout registers strategies the venv does not ({', '.join(new)})"
     names = {name.replace("_", "-").replace(".", "-") for name in held}  # as PEP 503 normalizes them
-    wanted = libraries_for(venv.version)
-    lacking = [dist for dist, (req, _) in LIBRARY_PACKAGES.items() if req in wanted and dist not in names]
+    wanted = [*libraries_for(venv.version), *libraries_for(venv.version, no_deps=True)]
+    lacking = [
+        dist for dist, lib in LIBRARY_PACKAGES.items() if lib.requirement in wanted and dist not in names
+    ]
     if lacking:
         return f"the venv lacks the checkpoint libraries {', '.join(lacking)}"
     return ""
@@ -208,6 +232,8 @@ def ensure(venv: TorchVenv, checkout: Path, *, adapters: bool = True, say: Say =
     # torch pinned again, so that nothing installed after it moves it
     frameworks = [*ADAPTER_PACKAGES, *libraries_for(venv.version)] if adapters else []
     _install(venv, [*SUITE_PACKAGES, *frameworks, f"torch=={venv.version}"], say)
+    if adapters and libraries_for(venv.version, no_deps=True):
+        _install(venv, ["--no-deps", *libraries_for(venv.version, no_deps=True)], say)
     _install(venv, ["--no-deps", "-e", str(checkout)], say)
     held = installed(venv)
     missing = _missing(venv, held, adapters, checkout)

@@ -1,0 +1,200 @@
+"""torchtitan's checkpointer (torchtitan 0.3.0, `torchtitan/components/checkpointer/dcp.py`):
+the `CheckpointManager` its trainer saves and resumes with.
+
+Called as torchtitan's own trainer calls it (torchtitan/trainer.py, 0.3.0):
+- the optimizer and the LR scheduler are torchtitan's, built from their configs after the model
+  is parallelized: "self.optimizers = config.optimizer.build(model_parts=self.model_parts)",
+  "self.lr_schedulers = config.lr_scheduler.build(optimizers=self.optimizers,
+  training_steps=config.training.steps)" (an `OptimizersContainer` of torch optimizers, one per
+  optimizer type; an `LRSchedulersContainer` of LambdaLR warmup-stable-decay);
+- "self.checkpointer = config.checkpoint.build(dataloader=..., model_parts=self.model_parts,
+  optimizers=self.optimizers, lr_schedulers=self.lr_schedulers, states={"train_state": self},
+  sd_adapter=..., base_folder=config.dump_folder)";
+- after each training step "self.checkpointer.save(self.step, last_step=...)"; the next step
+  runs "self.checkpointer.maybe_wait_for_staging()" before "self.optimizers.step()", and the
+  next save awaits the one in flight (`maybe_wait_for_saving`); a restart runs
+  "self.checkpointer.load(step=config.checkpoint.load_step)" (-1: the latest `step-N` folder).
+
+The protocol's extension for a framework that owns its optimizer (conformance.strategy.owned):
+`own_training` builds torchtitan's containers to the cell's optimizer (its class and param
+groups, one `ParamGroupConfig` per group matching that group's parameter names exactly, the
+"for-loop" implementation on the CPU: "'fused' ... (CUDA only)"), and a warmup-stable-decay
+scheduler (warmup 2 of 8 steps, so the learning rate moves while the cell trains). The harness
+trains them and reads the state from the torch optimizers inside.
+
+Rows:
+- torchtitan: `async_mode="disabled"` (the default): `save(step)` writes before it returns.
+- torchtitan_async: `async_mode="async"` (dcp.async_save on a gloo group of its own). After
+  save(step) returns, the next step's in-place update runs (after maybe_wait_for_staging, as
+  the trainer orders them), then maybe_wait_for_saving, which the next save would call: the
+  checkpoint must hold the state at the call.
+The wrappers are the suite's (FSDP2, TP, FSDP2 + TP): torchtitan's parallelize functions apply
+to its own model classes only (docs/libraries.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from conformance.adapters import ADAPTER_MODELS
+from conformance.case import Case
+from conformance.strategy.builtin import WRAPPERS
+from conformance.strategy.protocol import TrainState
+from conformance.strategy.registry import RegisteredStrategy, Supports
+from conformance.strategy.storage.dcp_async import tensors_in
+from conformance.world import RankContext
+
+DIST = "torchtitan"
+LAYOUTS: tuple[tuple[str, str], ...] = (("fsdp2", "shard"), ("tp", "tp"), ("fsdp2", "tp"))
+# the optimizers torchtitan's OptimizersContainer builds (its factories: Adam, AdamW, DistMuon)
+FACTORY_NAMES: dict[type, str] = {torch.optim.AdamW: "AdamW", torch.optim.Adam: "Adam"}
+HYPERPARAMETERS = ("lr", "betas", "eps", "weight_decay", "amsgrad")
+WARMUP_STEPS, TOTAL_STEPS = 2, 8
+FOLDER = "checkpoint"  # config.checkpoint.folder under the dump folder (the cell's path)
+
+
+class TrainStep:
+    """The trainer's own entry of the checkpoint ("train_state": the trainer's step)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.step = state_dict["step"]
+
+
+def param_group_configs(model: nn.Module, optim: torch.optim.Optimizer) -> list[Any]:
+    """The cell's optimizer as torchtitan's config says it: one group per param group,
+    matching exactly its trainable parameters' names, with its hyperparameters."""
+    from torchtitan.components.optimizer.optimizer import ParamGroupConfig
+
+    names = {id(p): n for n, p in model.named_parameters()}
+    configs = []
+    for group in optim.param_groups:
+        fqns = [names[id(p)] for p in group["params"] if p.requires_grad]
+        if not fqns:
+            continue
+        pattern = "^(?:" + "|".join(re.escape(n) for n in fqns) + ")$"
+        kwargs = {k: group[k] for k in HYPERPARAMETERS if k in group}
+        configs.append(
+            ParamGroupConfig(
+                pattern=pattern, optimizer_name=FACTORY_NAMES[type(optim)], optimizer_kwargs=kwargs
+            )
+        )
+    return configs
+
+
+@dataclass(frozen=True)
+class Torchtitan:
+    """torchtitan's DCP CheckpointManager in one async mode."""
+
+    case: Case
+    async_mode: str = "disabled"
+
+    def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
+        return WRAPPERS[self.case.wrapper](self.case).wrap(model, ctx)
+
+    def own_training(self, state: TrainState, ctx: RankContext) -> TrainState:
+        from torchtitan.components.optimizer import LRSchedulersContainer, OptimizersContainer
+
+        implementation = "fused" if torch.cuda.is_available() else "for-loop"
+        config = OptimizersContainer.Config(
+            param_groups=param_group_configs(state.model, state.optim), implementation=implementation
+        )
+        optimizers = config.build(model_parts=[state.model])
+        schedulers = LRSchedulersContainer.Config(warmup_steps=WARMUP_STEPS).build(
+            optimizers=optimizers, training_steps=TOTAL_STEPS
+        )
+        return TrainState(state.model, optimizers, schedulers, holders=tuple(optimizers))
+
+    def manager(self, state: TrainState, path: Path, train_state: TrainStep) -> Any:
+        from torchtitan.components.checkpointer import CheckpointManager
+
+        config = CheckpointManager.Config(enable=True, folder=FOLDER, interval=1, async_mode=self.async_mode)
+        return config.build(
+            dataloader=None,
+            model_parts=[state.model],
+            optimizers=state.optim,
+            lr_schedulers=state.scheduler,
+            states={"train_state": train_state},
+            sd_adapter=None,
+            base_folder=str(path),
+        )
+
+    def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        step = state.scheduler.schedulers[0].last_epoch  # the steps taken, as the trainer counts them
+        manager = self.manager(state, path, TrainStep(step))
+        try:
+            manager.save(step)
+            if self.async_mode != "disabled":
+                self.train_on(manager, state)
+        finally:
+            manager.close()
+
+    def train_on(self, manager: Any, state: TrainState) -> None:
+        """The next step while the save is in flight, in the trainer's order (wait for staging,
+        then the optimizer's in-place update), then the wait the next save makes; the live
+        state is put back for the rest of the check."""
+        live = tensors_in([state.model.state_dict(), [o.state for o in state.optimizers]])
+        with torch.no_grad():
+            kept = [t.clone() for t in live]
+            manager.maybe_wait_for_staging()
+            for tensor in live:
+                tensor.add_(1.0)
+            manager.maybe_wait_for_saving()
+            for tensor, value in zip(live, kept, strict=True):
+                tensor.copy_(value)
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        manager = self.manager(state, path, TrainStep(0))
+        try:
+            if not manager.load(step=-1):
+                raise FileNotFoundError(
+                    f"torchtitan's CheckpointManager found no step-N checkpoint in {path / FOLDER}"
+                )
+        finally:
+            manager.close()
+
+
+def synchronous(case: Case) -> Torchtitan:
+    return Torchtitan(case)
+
+
+def asynchronous(case: Case) -> Torchtitan:
+    return Torchtitan(case, async_mode="async")
+
+
+SUPPORTS = Supports(
+    wrappers=LAYOUTS,
+    kinds=("sharded",),
+    checks=("resume", "roundtrip", "reshard", "relayout"),
+    optimizers=("adam", "adamw", "adamw+groups", "adamw+sched"),
+    models=ADAPTER_MODELS,
+)
+TORCHTITAN = RegisteredStrategy(
+    name="torchtitan",
+    factory=synchronous,
+    supports=SUPPORTS,
+    storage="torchtitan",
+    requires=(DIST,),
+    description="torchtitan's CheckpointManager (DCP, async_mode disabled) over its OptimizersContainer "
+    "and LRSchedulersContainer, save(step) and load(step=-1) as its trainer calls them",
+)
+TORCHTITAN_ASYNC = RegisteredStrategy(
+    name="torchtitan_async",
+    factory=asynchronous,
+    supports=SUPPORTS,
+    storage="torchtitan",
+    requires=(DIST,),
+    description="torchtitan's CheckpointManager with async_mode='async': the next step's in-place update "
+    "runs while the save is in flight, then maybe_wait_for_saving, as its trainer orders them",
+)
