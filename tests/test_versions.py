@@ -174,7 +174,7 @@ def test_a_venv_gets_the_checkpoint_libraries_its_torch_takes_and_every_new_adap
     from conformance.versions.venv import checkout_strategies, libraries_for
 
     assert libraries_for("2.13.0") == ["torch_checkpointing>=0.1.1", "tyro>=0.9"]
-    assert libraries_for("2.13.0", no_deps=True) == ["torchtitan==0.3.0", "spmd_types>=0.3"]
+    assert libraries_for("2.13.0", no_deps=True) == ["torchtitan==0.3.0", "spmd_types==0.2.3"]
     assert libraries_for("2.12.1") == ["torch_checkpointing>=0.1.1"]
     assert libraries_for("2.10.0") == libraries_for("2.10.0", no_deps=True) == []
     assert {"torch_checkpointing", "lightning_fsdp"} <= set(checkout_strategies(ROOT))

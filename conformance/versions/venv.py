@@ -45,7 +45,7 @@ LIBRARY_PACKAGES: dict[str, Library] = {
     "torch-checkpointing": Library("torch_checkpointing>=0.1.1", (2, 11)),
     "tyro": Library("tyro>=0.9", (2, 13)),
     "torchtitan": Library("torchtitan==0.3.0", (2, 13), no_deps=True),
-    "spmd-types": Library("spmd_types>=0.3", (2, 13), no_deps=True),
+    "spmd-types": Library("spmd_types==0.2.3", (2, 13), no_deps=True),  # torchtitan 0.3.0 pins it
 }
 READY = ".conformance-ready.json"  # written last: a venv without it is half made and made again
 

@@ -1,7 +1,7 @@
 """torchtitan's CheckpointManager cannot load its own checkpoint when a trainable parameter never
 got a gradient (finding torchtitan-idle-param-missing-optimizer-state).
 
-torch and torchtitan only (pip install --no-deps torchtitan==0.3.0 spmd_types; pip install tyro).
+torch and torchtitan only (pip install --no-deps torchtitan==0.3.0 spmd_types==0.2.3; pip install tyro).
 One process, a gloo group of one rank, as torchtitan's trainer sets it up. A model with a
 trainable parameter that takes no part in the forward (an unused head, an expert never routed
 to) trains two steps with torchtitan's OptimizersContainer (AdamW) and LRSchedulersContainer;
