@@ -3,6 +3,7 @@ broken (module-level: the ranks import the factories by name)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import torch
 
 from conformance.adapters.torch_checkpointing import TorchCheckpointing
-from conformance.adapters.torchtitan import Torchtitan, TrainStep
+from conformance.adapters.torchtitan import Torchtitan, TrainStep, live_tensors
 from conformance.case import Case
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.storage.dcp_async import tensors_in
@@ -73,7 +74,7 @@ class TitanStagesTheStepAfter(Torchtitan):
     def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         step = state.scheduler.schedulers[0].last_epoch
         manager = self.manager(state, path, TrainStep(step))
-        live = tensors_in([state.model.state_dict(), [o.state for o in state.optimizers]])
+        live = live_tensors(state)
         try:
             with torch.no_grad():
                 kept = [t.clone() for t in live]
@@ -92,21 +93,8 @@ class TitanExcludesTheOptimizer(Torchtitan):
     """A load with torchtitan's `exclude_from_loading=["optimizer", "lr_scheduler"]`: the
     optimizer and the scheduler keep their fresh state."""
 
-    def manager(self, state: TrainState, path: Path, train_state: TrainStep) -> Any:
-        from torchtitan.components.checkpointer import CheckpointManager
-
-        config = CheckpointManager.Config(
-            enable=True, folder="checkpoint", interval=1, exclude_from_loading=["optimizer", "lr_scheduler"]
-        )
-        return config.build(
-            dataloader=None,
-            model_parts=[state.model],
-            optimizers=state.optim,
-            lr_schedulers=state.scheduler,
-            states={"train_state": train_state},
-            sd_adapter=None,
-            base_folder=str(path),
-        )
+    def config(self) -> Any:
+        return dataclasses.replace(super().config(), exclude_from_loading=["optimizer", "lr_scheduler"])
 
 
 @dataclass(frozen=True)

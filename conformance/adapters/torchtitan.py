@@ -93,6 +93,11 @@ def param_group_configs(model: nn.Module, optim: torch.optim.Optimizer) -> list[
     return configs
 
 
+def live_tensors(state: TrainState) -> list[torch.Tensor]:
+    """What a training step changes in place: the model's floating tensors and the optimizer state."""
+    return tensors_in([state.model.state_dict(), [o.state for o in state.optimizers]])
+
+
 @dataclass(frozen=True)
 class Torchtitan:
     """torchtitan's DCP CheckpointManager in one async mode."""
@@ -116,11 +121,14 @@ class Torchtitan:
         )
         return TrainState(state.model, optimizers, schedulers, holders=tuple(optimizers))
 
-    def manager(self, state: TrainState, path: Path, train_state: TrainStep) -> Any:
+    def config(self) -> Any:
+        """config.checkpoint of the trainer: enabled, a save at every step, this async mode."""
         from torchtitan.components.checkpointer import CheckpointManager
 
-        config = CheckpointManager.Config(enable=True, folder=FOLDER, interval=1, async_mode=self.async_mode)
-        return config.build(
+        return CheckpointManager.Config(enable=True, folder=FOLDER, interval=1, async_mode=self.async_mode)
+
+    def manager(self, state: TrainState, path: Path, train_state: TrainStep) -> Any:
+        return self.config().build(
             dataloader=None,
             model_parts=[state.model],
             optimizers=state.optim,
@@ -144,7 +152,7 @@ class Torchtitan:
         """The next step while the save is in flight, in the trainer's order (wait for staging,
         then the optimizer's in-place update), then the wait the next save makes; the live
         state is put back for the rest of the check."""
-        live = tensors_in([state.model.state_dict(), [o.state for o in state.optimizers]])
+        live = live_tensors(state)
         with torch.no_grad():
             kept = [t.clone() for t in live]
             manager.maybe_wait_for_staging()
