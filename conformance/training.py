@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -94,17 +95,27 @@ def train(
     case: Case,
     steps: int = TRAIN_STEPS,
     start_step: int = 0,
+    engine: Any = None,
 ) -> list[float]:
     """A few steps on per-replica batches; returns the per-step losses. The batch of a step
     depends on (cell seed, data-parallel rank, step) only: a resumed run from `start_step`
     sees the same data as the run it resumes, and the ranks of one tensor-parallel group or
-    one pipeline see the same batches, as they must (Case.data_rank)."""
+    one pipeline see the same batches, as they must (Case.data_rank). engine: a framework's
+    engine that owns the step (TrainState.engine): `engine(x)`, `engine.backward(loss)`,
+    `engine.step()` as its documentation trains, instead of the model and the optimizer."""
     cls = model_class(case.model)
     data_rank = case.data_rank(ctx.rank)
     losses = []
     for step in range(start_step, start_step + steps):
         gen = torch.Generator().manual_seed(ctx.seed * 1_000_003 + data_rank * 1009 + step)
         x, y = (t.to(ctx.device) for t in cls.batch(gen))  # type: ignore[attr-defined]
+        if engine is not None:
+            with code_under_test("the framework engine's forward, backward and step"):
+                loss = cls.loss(engine(x), y)  # type: ignore[attr-defined]
+                engine.backward(loss)
+                engine.step()
+            losses.append(loss.item())
+            continue
         # the wrapped model is the strategy's: its forward and backward run the wrapper's hooks
         # (FSDP's lazy init and checks, DDP's reducer), code under test
         with code_under_test("the wrapped model's forward and backward"):

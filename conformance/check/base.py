@@ -21,7 +21,7 @@ from conformance.check.slices import PairParts, Parts
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.protocol import Strategy
-from conformance.strategy.registry import STRATEGY_KINDS, RegisteredStrategy
+from conformance.strategy.registry import STRATEGY_KINDS, RegisteredStrategy, own_layouts
 from conformance.strategy.storage import STORAGES, Storage
 
 Cell = Case | Transfer
@@ -115,7 +115,8 @@ class CaseCells:
         return _sorted(
             {
                 dataclasses.replace(mine(strategy, c, k), variant=v)
-                for c in self._configurations(check, profile)
+                for configuration in self._configurations(check, profile)
+                for c in own_layouts(strategy, configuration)
                 for k in self.kinds
                 for v in variants
             }
@@ -151,7 +152,11 @@ class ReshardCells:
         )
 
     def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Transfer]:
-        configurations = {dataclasses.replace(save, world_size=1) for save, _ in self._pairs(profile)}
+        configurations = {
+            own
+            for save, _ in self._pairs(profile)
+            for own in own_layouts(strategy, dataclasses.replace(save, world_size=1))
+        }
         out: set[Transfer] = set()
         for case in configurations:
             for kind in STRATEGY_KINDS:

@@ -50,7 +50,9 @@ class ResumeSpec:
 
 def _finish(state: Any, case: Case, ctx: RankContext) -> dict[str, Any]:
     start = train_steps(case.optimizer)
-    losses = train(state.model, state.optim, state.scheduler, ctx, case, start_step=start)
+    losses = train(
+        state.model, state.optim, state.scheduler, ctx, case, start_step=start, engine=state.engine
+    )
     sharded = flat_sharded(case, ctx.world_size)
     return {
         "losses": losses,
@@ -69,6 +71,7 @@ def run_a(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
         ctx,
         spec.case,
         steps=train_steps(spec.case.optimizer),
+        engine=state.engine,
     )
     holds: list[bool] = [False] * ctx.world_size  # a rank whose shard is empty may hold none
     dist.all_gather_object(holds, any(o.state for o in state.optimizers))

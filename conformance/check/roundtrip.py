@@ -156,7 +156,15 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     strategy = strategy_under_test(spec.strategy_factory, case)
 
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
-    train(trained.model, trained.optim, trained.scheduler, ctx, case, steps=train_steps(case.optimizer))
+    train(
+        trained.model,
+        trained.optim,
+        trained.scheduler,
+        ctx,
+        case,
+        steps=train_steps(case.optimizer),
+        engine=trained.engine,
+    )
     failures = sharding_problems(case, ctx, trained.model)
     observed = sanity_records(failures, ctx.rank)
     before_local = local_state(trained.model, trained.optimizers, trained.scheduler)

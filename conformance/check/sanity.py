@@ -27,6 +27,18 @@ from conformance.world import RankContext
 TP_SHARDINGS = ("tp", "hsdp_tp")  # the shardings whose mesh's last dimension is "tp"
 
 
+def held(param: torch.Tensor) -> torch.Tensor:
+    """What of a parameter this rank holds: the parameter (or its DTensor's shard); for one that
+    DeepSpeed's ZeRO-3 has partitioned (its data released to an empty placeholder between
+    forwards), this rank's partition, `ds_tensor` (an attribute ZeRO-3 gives every parameter
+    it manages: a parameter it keeps whole, below stage3_param_persistence_threshold, has its
+    data and counts whole)."""
+    partition = getattr(param, "ds_tensor", None)
+    if isinstance(partition, torch.Tensor) and param.numel() == 0:
+        return partition
+    return param
+
+
 def group_size(case: Case, world_size: int) -> int:
     """Over how many ranks one copy of the parameters is spread: a pipeline's stages and a
     tensor-parallel mesh spread one copy over every rank but HSDP's replicas."""
@@ -116,7 +128,7 @@ def sharding_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[st
     module (no wrapper) trains alone on each rank: nothing to check."""
     if case.family == "plain":
         return []
-    pieces = [local_tensor(p) for p in model.parameters()]
+    pieces = [local_tensor(held(p)) for p in model.parameters()]
     local, total = sum(p.numel() for p in pieces), total_elements(case.model)
     group = group_size(case, ctx.world_size)
     gathered: list[list[torch.Tensor]] = [[] for _ in range(ctx.world_size)]

@@ -14,6 +14,7 @@ holds rank 0's copy of every buffer, and each rank's own copy is compared in its
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Sequence
 from typing import Any
@@ -22,13 +23,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from conformance.strategy.protocol import StateView, is_state_view
 from conformance.world import RankContext
+from conformance.world.attribution import code_under_test
 
 WRAPPER_SEGMENTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
 
 Snapshot = dict[str, Any]
-# an optimizer, or the torch optimizers a framework's container holds (TrainState.optimizers)
-Optimizers = torch.optim.Optimizer | Sequence[torch.optim.Optimizer]
+# an optimizer, or what holds a framework's optimizer state (TrainState.optimizers)
+Optimizers = torch.optim.Optimizer | Sequence[torch.optim.Optimizer | StateView]
 
 
 def clean_name(fqn: str) -> str:
@@ -58,27 +61,49 @@ def _stray_key(key: object) -> str:
     return f"<not a parameter: {key!r}>"
 
 
-def holders(optim: Optimizers) -> tuple[torch.optim.Optimizer, ...]:
-    """The torch optimizers to read: one, or the holders a framework's container has
-    (TrainState.optimizers; conformance.strategy.owned)."""
+def holders(optim: Optimizers) -> tuple[torch.optim.Optimizer | StateView, ...]:
+    """What to read: one torch optimizer, or the holders a framework has: the torch optimizers
+    of a container, or a StateView (TrainState.optimizers; conformance.strategy.owned)."""
     return (optim,) if isinstance(optim, torch.optim.Optimizer) else tuple(optim)
+
+
+def _parameters(model: nn.Module, optimizers: Sequence[Any]) -> list[tuple[str, Any]]:
+    """The parameters by name: as they live on the rank, or whole through a StateView (the
+    framework partitions them where the model cannot show them)."""
+    views = [o for o in optimizers if is_state_view(o)]
+    if not views:
+        return list(model.named_parameters())
+    with code_under_test("the framework's state view (TrainState.holders): its parameters"):
+        return list(views[0].parameters_by_name().items())
+
+
+def _optimizer_state(optimizers: Sequence[Any]) -> tuple[list[tuple[Any, Any]], list[dict[str, Any]]]:
+    """(param, entries) of every holder's state and every holder's param groups, in order
+    (a StateView's reads are the framework's code)."""
+    viewed = any(is_state_view(o) for o in optimizers)
+    reading = "the framework's state view (TrainState.holders): its optimizer state"
+    with code_under_test(reading) if viewed else contextlib.nullcontext():
+        entries = [(param, dict(e)) for o in optimizers for param, e in o.state.items()]
+        groups = [dict(g) for o in optimizers for g in o.param_groups]
+    return entries, groups
 
 
 def _raw_state(model: nn.Module, optim: Optimizers, scheduler: Any) -> Snapshot:
     """Every state value as it lives on this rank (DTensors kept as DTensors). The param groups
     of several optimizers are numbered on, in their order."""
     names = {id(p): clean_name(n) for n, p in model.named_parameters()}
+    optimizers = holders(optim)
     out: Snapshot = {}
-    for name, param in model.named_parameters():
+    for name, param in _parameters(model, optimizers):
         out[f"param/{clean_name(name)}"] = param
     for name, buf in model.named_buffers():
         out[f"buffer/{clean_name(name)}"] = buf
-    optimizers = holders(optim)
-    for param, entries in (item for o in optimizers for item in o.state.items()):
+    state, groups = _optimizer_state(optimizers)
+    for param, entries in state:
         pname = names.get(id(param)) or _stray_key(param)
         for key, value in entries.items():
             out[f"optim/{pname}/{key}"] = value
-    for i, group in enumerate(g for o in optimizers for g in o.param_groups):
+    for i, group in enumerate(groups):
         for key, value in group.items():
             if key == "params":
                 value = [names.get(id(p), "<unnamed>") for p in value]

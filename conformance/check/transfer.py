@@ -74,7 +74,15 @@ def save_phase(ctx: RankContext, spec: SaveSpec) -> dict[str, Any]:
     case = spec.case
     strategy = strategy_under_test(spec.strategy_factory, case)
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
-    train(trained.model, trained.optim, trained.scheduler, ctx, case, steps=train_steps(case.optimizer))
+    train(
+        trained.model,
+        trained.optim,
+        trained.scheduler,
+        ctx,
+        case,
+        steps=train_steps(case.optimizer),
+        engine=trained.engine,
+    )
     problems = sharding_problems(case, ctx, trained.model)
     observed = sanity_records(problems, ctx.rank)
     expected = _canonical(trained, case, ctx)

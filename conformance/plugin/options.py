@@ -85,6 +85,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[REGISTRY_KEY] = build_registry(config.getoption("strategy"))
     except (ValueError, TypeError) as exc:
         raise pytest.UsageError(str(exc)) from None
+    for strategy in config.stash[REGISTRY_KEY].strategies.values():  # layouts a framework brings itself
+        for family in sorted(
+            {w.split("+", 1)[0] for w, _ in strategy.supports.layouts} - set(WRAPPER_MARKERS)
+        ):
+            config.addinivalue_line(
+                "markers", f"{family}: cells that {strategy.name} wraps with its own engine"
+            )
     config.pluginmanager.register(ResultCollector(config), "conformance-results")
     baseline = config.getoption("baseline")
     if config.getoption("update_baseline") and not baseline:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -15,6 +15,45 @@ from conformance.world import RankContext
 StateDict = dict[str, Any]
 
 
+class StateView(Protocol):
+    """A framework's documented view of live state that lives where the harness cannot read it
+    by parameter name (DeepSpeed's ZeRO keeps the fp32 master weights and the optimizer state
+    in flat partitions keyed by no parameter, and stage 3 partitions the parameters too).
+
+    Like a torch optimizer it has `state` (a model parameter -> its entries, whole, as the
+    framework's accessors assemble them) and `param_groups` (hyperparameters, "params": the
+    model's parameters); `parameters_by_name()` gives every parameter of the model, whole, by
+    its name in `model.named_parameters()`. Reading it may be a collective: every rank reads
+    it, in the same order. Its reads are code under test (an accessor that raises after a load
+    is the cell's error)."""
+
+    @property
+    def state(self) -> Mapping[Any, Mapping[str, Any]]: ...
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]: ...
+
+    def parameters_by_name(self) -> Mapping[str, torch.Tensor]: ...
+
+
+def is_state_view(holder: object) -> bool:
+    """Whether a holder is a StateView (asked of its type: reading `state` may be a collective)."""
+    return callable(getattr(type(holder), "parameters_by_name", None))
+
+
+class Engine(Protocol):
+    """A framework's engine that owns the training step (DeepSpeed's `DeepSpeedEngine`): the
+    harness trains with `loss_fn(engine(x), y)`, `engine.backward(loss)`, `engine.step()` (which
+    steps the optimizer and the LR scheduler and zeroes the gradients) instead of the model's
+    forward, `loss.backward()` and `optim.step()`."""
+
+    def __call__(self, *inputs: Any) -> Any: ...
+
+    def backward(self, loss: torch.Tensor) -> Any: ...
+
+    def step(self) -> Any: ...
+
+
 @dataclass
 class TrainState:
     """What a checkpoint must carry: the wrapped model, its optimizer, and an LR scheduler
@@ -22,17 +61,20 @@ class TrainState:
 
     holders: when `optim` is a framework's container of torch optimizers (torchtitan's
     OptimizersContainer), the torch optimizers in it, which hold the state: the harness's own
-    snapshot reads these, as it reads FSDP's shards, while training steps `optim`. Empty for a
-    torch optimizer (conformance.strategy.owned)."""
+    snapshot reads these, as it reads FSDP's shards, while training steps `optim`; or a
+    StateView when the state lives where no torch optimizer holds it by parameter. Empty for a
+    torch optimizer. engine: a framework's Engine that owns the training step, or None
+    (conformance.strategy.owned)."""
 
     model: nn.Module
     optim: torch.optim.Optimizer
     scheduler: Any = None  # an LRScheduler, or a framework's container of them
-    holders: tuple[torch.optim.Optimizer, ...] = ()
+    holders: tuple[torch.optim.Optimizer | StateView, ...] = ()
+    engine: Engine | None = None
 
     @property
-    def optimizers(self) -> tuple[torch.optim.Optimizer, ...]:
-        """The torch optimizers holding the optimizer state, for the harness's snapshot."""
+    def optimizers(self) -> tuple[torch.optim.Optimizer | StateView, ...]:
+        """What holds the optimizer state, for the harness's snapshot."""
         return self.holders or (self.optim,)
 
 

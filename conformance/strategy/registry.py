@@ -18,6 +18,7 @@ with the built-in matrix by default:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import importlib
 import importlib.metadata
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "conformance.strategies"
 STRATEGY_KINDS = ("full", "sharded")  # the state-dict kinds it is asked for, one cell each
+# The matrix's data-parallel configuration, whose cells a strategy's own layouts take.
+DATA_PARALLEL = ("ddp", "replicate")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -49,7 +52,11 @@ class Supports:
     kinds: the state-dict kinds it saves ("full", "sharded"). checks: of those offered to
     registered strategies (conformance.matrix.registered_checks(); a run names them on bad
     input); "reshard" means it loads a checkpoint in another world size. world_sizes,
-    optimizers, models, precisions: None for every one the matrix has."""
+    optimizers, models, precisions: None for every one the matrix has. layouts: (wrapper,
+    sharding) pairs the strategy brings itself, where its framework's engine does the wrapping
+    (("deepspeed", "zero3")): each takes the cells the matrix gives its data-parallel
+    configuration (DDP's, DATA_PARALLEL), in every check the strategy declares, and counts as
+    a declared wrapper."""
 
     wrappers: tuple[tuple[str, str], ...]
     kinds: tuple[str, ...] = STRATEGY_KINDS
@@ -58,6 +65,7 @@ class Supports:
     optimizers: tuple[str, ...] | None = None
     models: tuple[str, ...] | None = None
     precisions: tuple[str, ...] | None = ("fp32",)
+    layouts: tuple[tuple[str, str], ...] = ()
 
 
 @functools.cache
@@ -130,7 +138,7 @@ class RegisteredStrategy:
         s = self.supports
         declared: list[tuple[bool, str]] = [
             (check in s.checks, f"the {check} check"),
-            ((case.wrapper, case.sharding) in s.wrappers, f"{case.wrapper} {case.sharding}"),
+            ((case.wrapper, case.sharding) in s.wrappers + s.layouts, f"{case.wrapper} {case.sharding}"),
             (case.kind in s.kinds, f"{case.kind} state dicts"),
             (s.world_sizes is None or case.world_size in s.world_sizes, f"{case.world_size} ranks"),
             (s.optimizers is None or case.optimizer in s.optimizers, f"optimizer {case.optimizer}"),
@@ -138,6 +146,14 @@ class RegisteredStrategy:
             (s.precisions is None or case.precision in s.precisions, f"precision {case.precision}"),
         ]
         return next((f"{self.name} does not declare {what}" for ok, what in declared if not ok), None)
+
+
+def own_layouts(strategy: RegisteredStrategy, case: Case) -> list[Case]:
+    """The case, and when it is the data-parallel configuration, the same cell in each layout
+    the strategy brings itself (Supports.layouts)."""
+    if (case.wrapper, case.sharding) != DATA_PARALLEL:
+        return [case]
+    return [case] + [dataclasses.replace(case, wrapper=w, sharding=s) for w, s in strategy.supports.layouts]
 
 
 @dataclass

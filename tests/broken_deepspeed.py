@@ -1,0 +1,84 @@
+"""Broken variants of the DeepSpeed adapter, each one way its checkpoint or the harness's view
+of its state could go wrong (module-level: the ranks import the factories by name)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from conformance.adapters.deepspeed import DeepSpeedZero, ZeroView
+from conformance.case import Case
+from conformance.strategy.protocol import TrainState
+from conformance.world import RankContext
+
+
+def _view(state: TrainState) -> ZeroView:
+    view = state.holders[0]
+    assert isinstance(view, ZeroView)
+    return view
+
+
+@dataclass(frozen=True)
+class LoadsModuleOnly(DeepSpeedZero):
+    """load_checkpoint(load_optimizer_states=False, load_lr_scheduler_states=False): the
+    weights come back, the optimizer and the scheduler keep their fresh state."""
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        state.engine.load_checkpoint(  # type: ignore[union-attr]
+            str(path), load_optimizer_states=False, load_lr_scheduler_states=False
+        )
+
+
+@dataclass(frozen=True)
+class BumpsAMoment(DeepSpeedZero):
+    """A load after which Adam's first moment of the first param group is off by one in every
+    element of this rank's flat partition: only a view that reads ZeRO's partitions sees it."""
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        super().load(state, path, ctx)
+        view = _view(state)
+        with torch.no_grad():
+            for flat in view._flats(0):
+                view._base.state[flat]["exp_avg"].add_(1.0)
+
+
+@dataclass(frozen=True)
+class BumpsTheMaster(DeepSpeedZero):
+    """A load after which the fp32 master partition of the first param group is off by one while
+    the model's parameters are right: a view that read the model alone would pass it."""
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        super().load(state, path, ctx)
+        with torch.no_grad():
+            for flat in _view(state)._flats(0):
+                flat.add_(1.0)
+
+
+@dataclass(frozen=True)
+class Zero3KeepsParametersWhole(DeepSpeedZero):
+    """ZeRO-3 with its default stage3_param_persistence_threshold: every parameter of a tiny
+    model stays whole on every rank, so the cell would not test partitioned parameters."""
+
+    def config(self) -> dict[str, Any]:
+        config = super().config()
+        config["zero_optimization"] = {"stage": self.stage}
+        return config
+
+
+def loads_module_only(case: Case) -> DeepSpeedZero:
+    return LoadsModuleOnly(case)
+
+
+def bumps_a_moment(case: Case) -> DeepSpeedZero:
+    return BumpsAMoment(case)
+
+
+def bumps_the_master(case: Case) -> DeepSpeedZero:
+    return BumpsTheMaster(case)
+
+
+def zero3_keeps_parameters_whole(case: Case) -> DeepSpeedZero:
+    return Zero3KeepsParametersWhole(case)
