@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from conformance.adapters.deepspeed import DeepSpeedZero, ZeroView
+from conformance.adapters.deepspeed import UNIVERSAL_TAG, DeepSpeedUniversal, DeepSpeedZero
+from conformance.adapters.deepspeed_view import ZeroView
 from conformance.case import Case
 from conformance.strategy.protocol import TrainState
 from conformance.world import RankContext
@@ -66,6 +67,20 @@ class Zero3KeepsParametersWhole(DeepSpeedZero):
         config = super().config()
         config["zero_optimization"] = {"stage": self.stage}
         return config
+
+
+@dataclass(frozen=True)
+class UniversalKeepsTheOldLayout(DeepSpeedUniversal):
+    """A universal load that only loads a checkpoint saved by as many ranks as it has (one
+    optimizer file per rank) and otherwise keeps the fresh state, as if resharding were a no-op."""
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        if len(list((path / UNIVERSAL_TAG).glob("*optim_states.pt"))) == ctx.world_size:
+            super().load(state, path, ctx)
+
+
+def universal_keeps_the_old_layout(case: Case) -> DeepSpeedZero:
+    return UniversalKeepsTheOldLayout(case)
 
 
 def loads_module_only(case: Case) -> DeepSpeedZero:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from conformance.adapters.deepspeed import ZERO, installed_op
+from conformance.adapters.deepspeed import UNIVERSAL, ZERO, installed_op
 from conformance.case import Case, Transfer
 from conformance.check.registry import CHECKS
 from conformance.outcome import Outcome
@@ -17,7 +17,7 @@ from conformance.runner import run_case
 from conformance.world import WorldPool
 from tests import broken_deepspeed
 
-pytestmark = pytest.mark.skipif(
+needs_deepspeed = pytest.mark.skipif(
     not installed_op(),
     reason="deepspeed is not installed with its shared-memory op (README: DS_BUILD_SHM_COMM=1 pip install "
     "--no-cache-dir --no-build-isolation deepspeed==0.19.8)",
@@ -34,10 +34,11 @@ def pool() -> Iterator[WorldPool]:
         yield pool
 
 
-def cell(check: str, cell_id: str) -> Case | Transfer:
-    return next(c for c in CHECKS[check].strategy_cells("default", ZERO) if c.id == cell_id)
+def cell(check: str, cell_id: str, row=ZERO) -> Case | Transfer:  # type: ignore[no-untyped-def]
+    return next(c for c in CHECKS[check].strategy_cells("default", row) if c.id == cell_id)
 
 
+@needs_deepspeed
 @pytest.mark.parametrize("stage", ["zero1", "zero2", "zero3"])
 def test_every_stage_round_trips(pool: WorldPool, stage: str) -> None:
     result = run_case(
@@ -59,6 +60,7 @@ CAUGHT = [
 ]
 
 
+@needs_deepspeed
 @pytest.mark.parametrize(
     ("stage", "factory", "needle"), CAUGHT, ids=[f"{c[1].__name__}-{c[0]}-{c[2]}" for c in CAUGHT]
 )
@@ -72,3 +74,41 @@ def test_the_check_catches_a_broken_variant(
     assert result.outcome is Outcome.FAIL, result.detail
     seen = [f"{r.scope}: {r.key}: {r.message}" for r in result.records]
     assert any(needle in line for line in seen), seen
+
+
+@needs_deepspeed
+def test_a_universal_load_that_keeps_the_old_layout_is_caught(pool: WorldPool) -> None:
+    """The universal row reshards 2 ranks into 4 (DeepSpeed's own test's pair); a load that
+    keeps the fresh state when the world size changed fails the reshard check."""
+    reshard = cell(
+        "reshard",
+        "reshard-deepspeed_universal-deepspeed_zero2-sharded-deepspeed_universal-adamw-mlp-w2-to-w4",
+        UNIVERSAL,
+    )
+    control = run_case(pool, reshard, backend="gloo", timeout_s=180, registered=UNIVERSAL)
+    assert control.outcome is Outcome.PASS, control.detail
+    broken = dataclasses.replace(UNIVERSAL, factory=broken_deepspeed.universal_keeps_the_old_layout)
+    result = run_case(pool, reshard, backend="gloo", timeout_s=180, registered=broken)
+    assert result.outcome is Outcome.FAIL, result.detail
+    assert "values differ" in result.detail or "missing" in result.detail, result.detail
+
+
+def test_the_damage_goes_into_deepspeeds_data_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The corrupt check damages the torch.save files of a DeepSpeed checkpoint, never the
+    zero_to_fp32.py script save_checkpoint copies beside them (larger than a tiny model's
+    files: it was the largest file, and a cut script loaded 'without an error')."""
+    import torch
+
+    from conformance.adapters.deepspeed import STORAGE
+
+    tag = tmp_path / "global_step3"
+    tag.mkdir()
+    (tag / "zero_to_fp32.py").write_text("#" * 100_000)
+    torch.save({"module": {"w": torch.ones(64)}}, tag / "mp_rank_00_model_states.pt")
+    for rank in (0, 1):
+        torch.save({"state": torch.ones(8)}, tag / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
+    (tmp_path / "latest").write_text("global_step3")
+    target, _, length = STORAGE.payload(tmp_path)
+    assert target.name == "mp_rank_00_model_states.pt" and length == 64 * 4
+    assert [p.name for p in STORAGE.rank_files(tmp_path, 1)] == ["zero_pp_rank_1_mp_rank_00_optim_states.pt"]
+    assert "zero_to_fp32.py" not in [p.name for p in STORAGE.data_files(tmp_path)]

@@ -36,8 +36,8 @@ are skips that say so.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,10 +45,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from conformance.adapters.deepspeed_view import ZeroView
 from conformance.case import Case, Transfer
 from conformance.models import model_class
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
+from conformance.strategy.storage.own import OwnFormat
 from conformance.world import RankContext
 
 DIST = "deepspeed"
@@ -74,98 +76,6 @@ def _as_in_a_fresh_process() -> None:
     cached = groups._WORLD_GROUP
     if cached is not None and cached not in _world.pg_map:
         groups._release_process_group_references(None)
-
-
-def _whole(param: nn.Parameter, partition: torch.Tensor) -> torch.Tensor:
-    """ZeRO 1-2: the parameter's whole value of a flat partition's tensor (the fp32 master or
-    an optimizer state entry), as DeepSpeed's own get_full_hp_param assembles it: this rank's
-    fragment at the parameter's `_hp_mapping` addresses, summed over the data-parallel group."""
-    import torch.distributed as dist
-
-    whole = torch.zeros(param.numel(), dtype=partition.dtype, device=partition.device)
-    mapping = param._hp_mapping  # type: ignore[attr-defined]
-    if mapping is not None:
-        lp, hp = mapping.lp_fragment_address, mapping.hp_fragment_address
-        whole.narrow(0, lp.start, lp.numel).copy_(partition.narrow(0, hp.start, hp.numel))
-    dist.all_reduce(whole, group=param._dp_group)  # type: ignore[attr-defined]
-    return whole.reshape(param.shape)
-
-
-@dataclass
-class ZeroView:
-    """The live state by the model's parameters (conformance.strategy.protocol.StateView).
-    groups: the model's parameters of each param group of the cell's optimizer, taken before
-    DeepSpeed flattened them; its torch optimizer then holds one flat partition per group.
-
-    ZeRO-3: DeepSpeed's documented accessors (safe_get_full_optimizer_state,
-    safe_get_full_fp32_param; GatheredParameters for the parameters). ZeRO 1-2: the same
-    fragments those accessors read, through each parameter's `_hp_mapping` addresses: the
-    accessors link a parameter to its optimizer state lazily, once, after the first step of the
-    first param group, so they raise for every parameter of another group and for every
-    parameter after load_checkpoint until a step (docs/libraries.md)."""
-
-    engine: Any
-    model: nn.Module
-    groups: list[list[nn.Parameter]]
-
-    @property
-    def _base(self) -> torch.optim.Optimizer:
-        return self.engine.optimizer.optimizer  # the cell's torch optimizer, over ZeRO's flat partitions
-
-    def _stage3(self) -> bool:
-        return self.engine.zero_optimization_stage() == 3
-
-    def parameters_by_name(self) -> Mapping[str, torch.Tensor]:
-        import deepspeed
-
-        params = list(self.model.named_parameters())
-        if not self._stage3():
-            return {name: p.detach().clone() for name, p in params}
-        with deepspeed.zero.GatheredParameters([p for _, p in params]):
-            return {name: p.detach().clone() for name, p in params}
-
-    def _entries(self, param: nn.Parameter, flat: torch.Tensor, keys: list[str]) -> dict[str, Any]:
-        if self._stage3():
-            from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
-
-            out = {k: safe_get_full_optimizer_state(param, k) for k in keys}
-            return {**out, "fp32_master": safe_get_full_fp32_param(param)}
-        state = self._base.state[flat]
-        return {**{k: _whole(param, state[k]) for k in keys}, "fp32_master": _whole(param, flat)}
-
-    def _flats(self, group: int) -> list[torch.Tensor]:
-        """The flat fp32 partitions of a param group on this rank, where each stage keeps them:
-        ZeRO 1-2 one per group (`single_partition_of_fp32_groups`, also the torch optimizer's
-        "params"); ZeRO-3 one per sub-group (`fp32_partitioned_groups_flat`; it empties the
-        torch optimizer's "params" between steps)."""
-        zero = self.engine.optimizer
-        if not self._stage3():
-            return [zero.single_partition_of_fp32_groups[group]]
-        return [
-            flat
-            for sub, flat in enumerate(zero.fp32_partitioned_groups_flat)
-            if zero.sub_group_to_group_id[sub] == group
-        ]
-
-    @property
-    def state(self) -> Mapping[Any, Mapping[str, Any]]:
-        out: dict[Any, dict[str, Any]] = {}
-        base = self._base
-        for i, params in enumerate(self.groups):
-            flats = self._flats(i)
-            entries = base.state.get(flats[0], {}) if flats else {}
-            keys = sorted(k for k, v in entries.items() if torch.is_tensor(v) and v.dim() > 0)
-            scalars = {k: v for k, v in entries.items() if k not in keys}  # Adam's step: one per partition
-            for param in params if entries else ():
-                out[param] = {**self._entries(param, flats[0], keys), **scalars}
-        return out
-
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:
-        return [
-            {**{k: v for k, v in group.items() if k != "params"}, "params": params}
-            for params, group in zip(self.groups, self._base.param_groups, strict=True)
-        ]
 
 
 @dataclass(frozen=True)
@@ -215,6 +125,53 @@ class DeepSpeedZero:
             raise FileNotFoundError(f"DeepSpeed's load_checkpoint found no checkpoint in {path}")
 
 
+UNIVERSAL_TAG = "conformance"
+
+
+@dataclass(frozen=True)
+class DeepSpeedUniversal(DeepSpeedZero):
+    """The universal checkpoint, DeepSpeed's way to load at another data-parallel size
+    (https://www.deepspeed.ai/tutorials/universal-checkpointing/: "1. Convert ZeRO checkpoint
+    into a universal format using ds_to_universal.py ... 2. Resume training with the universal
+    checkpoint ... load_universal"), called as DeepSpeed's own test of it does
+    (tests/unit/checkpoint/test_universal_checkpoint.py: save_checkpoint(dir, tag=...,
+    client_state={UNIVERSAL_CHECKPOINT_INFO: {}}), rank 0 converts <tag> into <tag>_universal
+    with ds_to_universal's main, every engine's config has "checkpoint": {"load_universal":
+    True}, and load_checkpoint(dir, tag="<tag>_universal"))."""
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "checkpoint": {"load_universal": True}}
+
+    def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        from types import SimpleNamespace
+
+        import torch.distributed as dist
+        from deepspeed.checkpoint import UNIVERSAL_CHECKPOINT_INFO
+        from deepspeed.checkpoint.ds_to_universal import main as convert_to_universal
+
+        engine = state.engine
+        engine.save_checkpoint(str(path), tag=UNIVERSAL_TAG, client_state={UNIVERSAL_CHECKPOINT_INFO: {}})  # type: ignore[union-attr]
+        dist.barrier()
+        if ctx.rank == 0:
+            convert_to_universal(
+                SimpleNamespace(
+                    input_folder=str(path / UNIVERSAL_TAG),
+                    output_folder=str(path / f"{UNIVERSAL_TAG}_universal"),
+                    num_extract_workers=1,
+                    num_merge_workers=1,
+                    keep_temp_folder=False,
+                    strict=True,
+                    inject_missing_state=False,
+                )
+            )
+        dist.barrier()
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        loaded, _ = state.engine.load_checkpoint(str(path), tag=f"{UNIVERSAL_TAG}_universal")  # type: ignore[union-attr]
+        if loaded is None:
+            raise FileNotFoundError(f"DeepSpeed's load_checkpoint found no universal checkpoint in {path}")
+
+
 def skips_on(cell: Case | Transfer, backend: str) -> str | None:
     """Without its prebuilt shared-memory op, DeepSpeed compiles one in the first cell's world."""
     if not installed_op():
@@ -239,6 +196,16 @@ def installed_op() -> bool:
     return any(f.name.startswith("deepspeed_shm_comm_op") for f in files)
 
 
+# What save_checkpoint writes under <dir>/<tag>/: torch.save files (the engine's
+# mp_rank_00_model_states.pt, each rank's zero_pp_rank_<r>_mp_rank_00_optim_states.pt, ZeRO-3's
+# per-rank model states too) beside the zero_to_fp32.py script it copies there, and <dir>/latest
+STORAGE = OwnFormat(
+    "deepspeed",
+    data="*.pt",
+    rank_file="*zero_pp_rank_{rank}_*",
+    damage=("flipped_bytes", "missing_shard", "other_model", "truncated"),
+)
+
 ZERO = RegisteredStrategy(
     name="deepspeed",
     factory=DeepSpeedZero,
@@ -246,13 +213,25 @@ ZERO = RegisteredStrategy(
         wrappers=(),
         layouts=LAYOUTS,
         kinds=("sharded",),
-        checks=("resume", "roundtrip"),
+        checks=("corrupt", "resume", "roundtrip"),
         optimizers=("adam", "adamw", "adamw+groups", "adamw+sched", "sgd"),
         models=("mlp",),
     ),
-    storage="deepspeed",
+    storage=STORAGE,
     requires=(DIST,),
     description="DeepSpeed's engine (deepspeed.initialize with the cell's optimizer and scheduler, ZeRO "
     "stage 1, 2 or 3, fp32): save_checkpoint and load_checkpoint into a fresh engine, as its guide calls them",
+    skips_on=skips_on,
+)
+
+UNIVERSAL = RegisteredStrategy(
+    name="deepspeed_universal",
+    factory=DeepSpeedUniversal,
+    supports=dataclasses.replace(ZERO.supports, checks=("reshard", "resume", "roundtrip")),
+    storage=OwnFormat("deepspeed_universal", data="*.pt"),
+    requires=(DIST,),
+    description="DeepSpeed's universal checkpoint: save_checkpoint, ds_to_universal on rank 0, and "
+    "load_checkpoint of the converted tag by an engine configured with load_universal, as its tutorial and "
+    "its own test do; the documented way to load at another data-parallel size",
     skips_on=skips_on,
 )

@@ -35,6 +35,7 @@ from conformance.observed import verdict
 from conformance.outcome import Outcome
 from conformance.strategy.storage import Storage
 from conformance.strategy.storage.base import files
+from conformance.strategy.storage.own import OwnFormat
 from conformance.strategy.under_test import LOADING_CALLS
 
 FLIP = 16
@@ -57,7 +58,10 @@ def damage(directory: Path, variant: str, storage: Storage, world_size: int) -> 
     if not written:
         raise FileNotFoundError(f"the strategy wrote nothing under {directory}")
     if variant == "truncated":
-        target = max(written, key=lambda p: p.stat().st_size)
+        data = storage.data_files(directory) if isinstance(storage, OwnFormat) else written
+        if not data:
+            raise FileNotFoundError(f"{storage.name} names no data file in {[p.name for p in written]}")
+        target = max(data, key=lambda p: p.stat().st_size)
         size = target.stat().st_size
         with target.open("r+b") as f:
             f.truncate(size // 2)

@@ -162,6 +162,7 @@ def render_markdown(
         f"suite {env.get('suite_version')} ({(env.get('suite_commit') or 'unknown')[:12]}), "
         f"Python {env.get('python')}, {env.get('platform')}.",
         "",
+        *_supplements(env),
         "Outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
         "",
         LEGEND,
@@ -214,3 +215,17 @@ def render_markdown(
             lines.append(f"- {outcome} ({len(ids)} cells): {reason}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _supplements(env: dict[str, Any]) -> list[str]:
+    """The cells added to the table later (`publish --add`, conformance.versions.supplement),
+    each with the selection and the suite commit it ran at."""
+    lines = []
+    for s in env.get("supplements") or []:
+        lines += [
+            f"Cells added later without re-running the rest: {s.get('added')} added and "
+            f"{s.get('replaced')} replaced by a run of `{' '.join(s.get('selection') or [])}` at "
+            f"suite {(s.get('suite_commit') or 'unknown')[:12]}, {s.get('time_utc')}.",
+            "",
+        ]
+    return lines

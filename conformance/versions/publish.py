@@ -81,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a new venv without the adapters' frameworks and checkpoint libraries",
     )
     parser.add_argument("--install-only", action="store_true", help="make the venv, run nothing")
+    parser.add_argument(
+        "--add",
+        action="store_true",
+        help="run only the cells the pytest arguments select (e.g. -- --strategy deepspeed) and add "
+        "them to the published table, which keeps its other cells (conformance.versions.supplement)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments, after --")
 
 
@@ -106,6 +112,8 @@ def publish(args: argparse.Namespace) -> int:
     interpreter = probe(python)
     out = report_dir(args.reports, interpreter, args.backend, args.matrix)
     say(f"torch {interpreter.torch} ({python}): --matrix {args.matrix} --backend {args.backend} -> {out}")
+    if args.add:
+        return _add(python, out, args)
     with tempfile.TemporaryDirectory() as tmp:
         previous = Path(tmp) / "previous.json"
         if (out / "results.json").exists():
@@ -120,6 +128,40 @@ def publish(args: argparse.Namespace) -> int:
     if faults:
         say(f"{faults} harness-error: faults of the suite, listed first in {out / 'matrix.md'}")
         return 1
+    return 0
+
+
+def _add(python: Path, out: Path, args: argparse.Namespace) -> int:
+    """--add: the selected cells run into a scratch directory, then join the published table."""
+    from conformance.report.write import write_reports
+    from conformance.versions.supplement import SupplementError, supplement
+
+    if not args.pytest_args:
+        say("--add needs the cells to add: pytest arguments after --, e.g. -- --strategy deepspeed")
+        return 2
+    if not (out / "results.json").exists():
+        say(f"--add: no published table at {out}; publish it whole first")
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp) / "added"
+        previous = Path(tmp) / "previous.json"
+        shutil.copy(out / "results.json", previous)
+        code = _run(python, scratch, args)
+        if not (scratch / "results.json").exists():
+            say(f"pytest exited {code} and wrote no results.json")
+            return 1
+        try:
+            env, cells = supplement(previous, scratch / "results.json", list(args.pytest_args))
+        except SupplementError as exc:
+            say(f"--add: not published: {exc}")
+            return 1
+        added = read_results(scratch / "results.json")[1]
+        if any(c.outcome is Outcome.HARNESS_ERROR for c in added):
+            say(f"--add: not published: the added cells had a harness-error ({outcome_summary(added)})")
+            return 1
+        write_reports(out, env, cells)
+        cells = _compare(previous, out / "results.json")
+    say(f"published {out}: {outcome_summary(cells)} ({outcome_summary(added)} of them added now)")
     return 0
 
 

@@ -31,11 +31,15 @@ ADAPTER_PACKAGES = ("lightning>=2.4", "accelerate>=1.0", "safetensors")
 class Library:
     """A checkpoint library the adapters test: its requirement, the oldest torch it installs
     beside (an older venv goes without it: its rows are skips that name it), and whether it
-    installs without its own requirements (what its checkpoint code imports is listed too)."""
+    installs without its own requirements (what its checkpoint code imports is listed too).
+    build_env: for one that compiles against the venv's torch, the variables its build reads:
+    it is built from source with them, without build isolation (an isolated build would pull
+    another torch) and without pip's cache (a wheel built against another venv's torch)."""
 
     requirement: str
     oldest_torch: tuple[int, int]
     no_deps: bool = False
+    build_env: tuple[tuple[str, str], ...] = ()
 
 
 # the `libraries` extra, and torchtitan as the README installs it: its own requirements pull
@@ -46,6 +50,8 @@ LIBRARY_PACKAGES: dict[str, Library] = {
     "tyro": Library("tyro>=0.9", (2, 13)),
     "torchtitan": Library("torchtitan==0.3.0", (2, 13), no_deps=True),
     "spmd-types": Library("spmd_types==0.2.3", (2, 13), no_deps=True),  # torchtitan 0.3.0 pins it
+    # its CPU backend's shared-memory op prebuilt (conformance/adapters/deepspeed.py)
+    "deepspeed": Library("deepspeed==0.19.8", (2, 13), build_env=(("DS_BUILD_SHM_COMM", "1"),)),
 }
 READY = ".conformance-ready.json"  # written last: a venv without it is half made and made again
 
@@ -140,15 +146,16 @@ class InstallError(RuntimeError):
     """A venv could not be made: the command, and what pip said last."""
 
 
-def _install(venv: TorchVenv, packages: list[str], say: Say) -> None:
+def _install(venv: TorchVenv, packages: list[str], say: Say, env: dict[str, str] | None = None) -> None:
     """pip install `packages`; where the machine's pip constraint forbids them (a torch above
     its cap), once more with the constraint lifted for this install."""
-    code, tail = _pip(venv, packages, say)
+    env = {**os.environ, **(env or {})}
+    code, tail = _pip(venv, packages, say, env=env)
     if code and "constraint" in tail.lower():
         say(
             f"{' '.join(packages)}: outside this machine's pip constraint; again with PIP_CONSTRAINT={os.devnull}"
         )
-        code, tail = _pip(venv, packages, say, env={**os.environ, "PIP_CONSTRAINT": os.devnull})
+        code, tail = _pip(venv, packages, say, env={**env, "PIP_CONSTRAINT": os.devnull})
     if code:
         raise InstallError(f"pip install {' '.join(packages)} exited {code}:\n{tail}")
 
@@ -164,12 +171,17 @@ def _torch(held: dict[str, str]) -> str:
 def libraries_for(version: str, *, no_deps: bool = False) -> list[str]:
     """The requirements of the checkpoint libraries that install beside torch `version`: those
     installed with their requirements, or (no_deps) those installed without."""
+    return [lib.requirement for lib in _beside(version) if lib.no_deps == no_deps and not lib.build_env]
+
+
+def built_libraries(version: str) -> list[Library]:
+    """The checkpoint libraries beside torch `version` that are built against it (build_env)."""
+    return [lib for lib in _beside(version) if lib.build_env]
+
+
+def _beside(version: str) -> list[Library]:
     major_minor = tuple(int(part) for part in version.split(".")[:2])
-    return [
-        lib.requirement
-        for lib in LIBRARY_PACKAGES.values()
-        if major_minor >= lib.oldest_torch and lib.no_deps == no_deps
-    ]
+    return [lib for lib in LIBRARY_PACKAGES.values() if major_minor >= lib.oldest_torch]
 
 
 def checkout_strategies(checkout: Path) -> list[str]:
@@ -196,7 +208,7 @@ def _missing(venv: TorchVenv, held: dict[str, str], adapters: bool, checkout: Pa
         if new:
             return f"the checkout registers strategies the venv does not ({', '.join(new)})"
     names = {name.replace("_", "-").replace(".", "-") for name in held}  # as PEP 503 normalizes them
-    wanted = [*libraries_for(venv.version), *libraries_for(venv.version, no_deps=True)]
+    wanted = [lib.requirement for lib in _beside(venv.version)]
     lacking = [
         dist for dist, lib in LIBRARY_PACKAGES.items() if lib.requirement in wanted and dist not in names
     ]
@@ -234,6 +246,9 @@ def ensure(venv: TorchVenv, checkout: Path, *, adapters: bool = True, say: Say =
     _install(venv, [*SUITE_PACKAGES, *frameworks, f"torch=={venv.version}"], say)
     if adapters and libraries_for(venv.version, no_deps=True):
         _install(venv, ["--no-deps", *libraries_for(venv.version, no_deps=True)], say)
+    for lib in built_libraries(venv.version) if adapters else ():
+        build = ["--no-build-isolation", "--no-cache-dir", lib.requirement, f"torch=={venv.version}"]
+        _install(venv, build, say, env=dict(lib.build_env))
     _install(venv, ["--no-deps", "-e", str(checkout)], say)
     held = installed(venv)
     missing = _missing(venv, held, adapters, checkout)

@@ -54,10 +54,10 @@ def files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob("*") if p.is_file())
 
 
-def largest_zip_payload(path: Path) -> tuple[Path, int, int]:
+def largest_zip_payload(path: Path, among: list[Path] | None = None) -> tuple[Path, int, int]:
     """(file, offset, length) of the largest tensor record of the largest torch.save (zip)
-    file under `path`, located through the zip directory."""
-    target = max(files(path), key=lambda p: p.stat().st_size)
+    file under `path` (or of the files `among`), located through the zip directory."""
+    target = max(files(path) if among is None else among, key=lambda p: p.stat().st_size)
     with zipfile.ZipFile(target) as archive:
         info = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
     with target.open("rb") as f:

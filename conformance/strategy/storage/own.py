@@ -3,6 +3,7 @@ any checkpoint on disk has (files), found by looking at what it wrote."""
 
 from __future__ import annotations
 
+import fnmatch
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,13 @@ class OwnFormat:
     """What a registered strategy that does its own I/O writes, named by its label (a word of its
     cell ids). The damage that applies to any files: the largest cut short, bytes of a tensor
     payload inverted (located through DCP's metadata or a torch.save zip directory when it
-    wrote one, else the middle of its largest file), a model of other shapes."""
+    wrote one, else the middle of its largest file), a model of other shapes.
+
+    data: a glob of the names of the files that hold its data: the damage goes there, not into
+    what a library writes beside them (DeepSpeed's "*.pt": not the zero_to_fp32.py script it
+    copies into every checkpoint). rank_file: a glob of the names of one rank's own files,
+    "{rank}" in it (the missing_shard damage deletes the last rank's); "" when none is known.
+    metadata: names of the files that say what the checkpoint holds (missing_metadata)."""
 
     name: str = "native"
     one_file_by_rank0: bool = False
@@ -28,6 +35,13 @@ class OwnFormat:
     representative: bool = False
     damage: tuple[str, ...] = ("flipped_bytes", "other_model", "truncated")
     reshard_refusals: tuple[Refusal, ...] = ()
+    data: str = "*"
+    rank_file: str = ""
+    metadata: tuple[str, ...] = ()
+
+    def data_files(self, path: Path) -> list[Path]:
+        """The files holding its data (all it wrote unless `data` says)."""
+        return [p for p in files(path) if fnmatch.fnmatch(p.name, self.data)]
 
     def save(self, state: StateDict, path: Path, ctx: RankContext) -> None:
         raise NotImplementedError(f"{self.name}: the registered strategy saves itself")
@@ -39,12 +53,12 @@ class OwnFormat:
         raise NotImplementedError(f"{self.name}: the registered strategy reads itself (read_model_state)")
 
     def payload(self, path: Path) -> tuple[Path, int, int]:
-        written = files(path)
+        written = self.data_files(path)
         metadata = [p for p in written if p.name == ".metadata"]
         if metadata:
             return DcpDirectory().payload(metadata[0].parent)
         try:
-            return largest_zip_payload(path)
+            return largest_zip_payload(path, written)
         except (
             zipfile.BadZipFile,
             ValueError,
@@ -54,7 +68,10 @@ class OwnFormat:
             return target, 0, target.stat().st_size
 
     def rank_files(self, path: Path, rank: int) -> list[Path]:
-        return []
+        if not self.rank_file:
+            return []
+        pattern = self.rank_file.format(rank=rank)
+        return [p for p in files(path) if fnmatch.fnmatch(p.name, pattern)]
 
     def metadata_files(self, path: Path) -> list[Path]:
-        return []
+        return [p for p in files(path) if p.name in self.metadata]
