@@ -134,3 +134,20 @@ def train(
                 scheduler.step()
         losses.append(loss.item())
     return losses
+
+
+def train_state(
+    state: Any, ctx: RankContext, case: Case, steps: int | None = None, start_step: int = 0
+) -> list[float]:
+    """`train` on a TrainState (conformance.strategy.protocol): its model, optimizer, scheduler
+    and engine; `steps` defaults to the cell's optimizer's (train_steps)."""
+    return train(
+        state.model,
+        state.optim,
+        state.scheduler,
+        ctx,
+        case,
+        steps=train_steps(case.optimizer) if steps is None else steps,
+        start_step=start_step,
+        engine=state.engine,
+    )

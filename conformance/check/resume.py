@@ -36,7 +36,7 @@ from conformance.observed import Observed
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.under_test import strategy_under_test
-from conformance.training import TRAIN_STEPS, train, train_steps
+from conformance.training import TRAIN_STEPS, train_state, train_steps
 from conformance.world import RankContext
 
 
@@ -50,9 +50,7 @@ class ResumeSpec:
 
 def _finish(state: Any, case: Case, ctx: RankContext) -> dict[str, Any]:
     start = train_steps(case.optimizer)
-    losses = train(
-        state.model, state.optim, state.scheduler, ctx, case, start_step=start, engine=state.engine
-    )
+    losses = train_state(state, ctx, case, steps=TRAIN_STEPS, start_step=start)
     sharded = flat_sharded(case, ctx.world_size)
     return {
         "losses": losses,
@@ -64,15 +62,7 @@ def _finish(state: Any, case: Case, ctx: RankContext) -> dict[str, Any]:
 def run_a(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
     strategy = strategy_under_test(spec.strategy_factory, spec.case)
     state = fresh_state(strategy, spec.case, ctx, seed=ctx.seed)
-    train(
-        state.model,
-        state.optim,
-        state.scheduler,
-        ctx,
-        spec.case,
-        steps=train_steps(spec.case.optimizer),
-        engine=state.engine,
-    )
+    train_state(state, ctx, spec.case)
     holds: list[bool] = [False] * ctx.world_size  # a rank whose shard is empty may hold none
     dist.all_gather_object(holds, any(o.state for o in state.optimizers))
     if not any(holds):

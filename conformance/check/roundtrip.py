@@ -53,7 +53,7 @@ from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.owned import owned_state
 from conformance.strategy.protocol import Strategy, TrainState
 from conformance.strategy.under_test import strategy_under_test
-from conformance.training import build_optimizer, train, train_steps
+from conformance.training import build_optimizer, train_state
 from conformance.world import RankContext
 from conformance.world.attribution import CheckVerdict
 
@@ -156,15 +156,7 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     strategy = strategy_under_test(spec.strategy_factory, case)
 
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
-    train(
-        trained.model,
-        trained.optim,
-        trained.scheduler,
-        ctx,
-        case,
-        steps=train_steps(case.optimizer),
-        engine=trained.engine,
-    )
+    train_state(trained, ctx, case)
     failures = sharding_problems(case, ctx, trained.model)
     observed = sanity_records(failures, ctx.rank)
     before_local = local_state(trained.model, trained.optimizers, trained.scheduler)

@@ -37,7 +37,7 @@ from conformance.models import build_model
 from conformance.outcome import Outcome
 from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.under_test import LOADING_CALLS, strategy_under_test
-from conformance.training import train, train_steps
+from conformance.training import train_state
 from conformance.world import RankContext
 
 Verdict = tuple[Outcome, str]
@@ -74,15 +74,7 @@ def save_phase(ctx: RankContext, spec: SaveSpec) -> dict[str, Any]:
     case = spec.case
     strategy = strategy_under_test(spec.strategy_factory, case)
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
-    train(
-        trained.model,
-        trained.optim,
-        trained.scheduler,
-        ctx,
-        case,
-        steps=train_steps(case.optimizer),
-        engine=trained.engine,
-    )
+    train_state(trained, ctx, case)
     problems = sharding_problems(case, ctx, trained.model)
     observed = sanity_records(problems, ctx.rank)
     expected = _canonical(trained, case, ctx)
