@@ -78,3 +78,15 @@ def environment(
         "pytest_args": args,
         "argv": sys.argv,
     }
+
+
+def supplement_sentences(env: dict[str, Any]) -> list[str]:
+    """One sentence per addition to a published table (`supplements`, publish --add,
+    conformance.versions.supplement): what it added and replaced, the pytest arguments that
+    chose its cells, the suite commit and time it ran at. matrix.md and matrix.html say these."""
+    return [
+        f"Cells added later without re-running the rest: {s.get('added')} added and "
+        f"{s.get('replaced')} replaced by a run of `{' '.join(s.get('selection') or [])}` at "
+        f"suite {(s.get('suite_commit') or 'unknown')[:12]}, {s.get('time_utc')}."
+        for s in env.get("supplements") or []
+    ]

@@ -20,6 +20,7 @@ from conformance.check.registry import CHECKS
 from conformance.findings import Finding
 from conformance.outcome import FAILING, CellResult, Outcome, first_line
 from conformance.report import tables
+from conformance.report.environment import supplement_sentences
 from conformance.report.impact import judge_cells
 
 FILTER_AXES = (
@@ -249,16 +250,14 @@ def render_html(
     extra = _grids(cells, known, findings or [])
     env = environment
     title = f"Checkpoint conformance: torch {env.get('torch')} on {env.get('backend')} ({env.get('device')})"
-    meta = (
-        ", ".join(
-            f"{k} {env.get(k)}"
-            for k in ("matrix", "time_utc", "suite_version", "suite_commit", "python", "platform")
-        )
-        + "".join(  # cells added later (publish --add)
-            f"; {s.get('added')} cells added and {s.get('replaced')} replaced by `{' '.join(s.get('selection') or [])}` "
-            f"at suite {(s.get('suite_commit') or 'unknown')[:12]}, {s.get('time_utc')}"
-            for s in env.get("supplements") or []
-        )
+    meta = ". ".join(
+        [
+            ", ".join(
+                f"{k} {env.get(k)}"
+                for k in ("matrix", "time_utc", "suite_version", "suite_commit", "python", "platform")
+            ),
+            *supplement_sentences(env),  # cells added later (publish --add)
+        ]
     )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>

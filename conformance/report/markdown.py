@@ -12,6 +12,7 @@ from typing import Any
 from conformance.findings import Finding
 from conformance.observed import IMPACTS
 from conformance.outcome import NEVER_EXPECTED, CellResult, Outcome, first_line
+from conformance.report.environment import supplement_sentences
 from conformance.report.impact import Judged, judge_cells
 from conformance.report.summary_md import (
     checks_section,
@@ -162,7 +163,7 @@ def render_markdown(
         f"suite {env.get('suite_version')} ({(env.get('suite_commit') or 'unknown')[:12]}), "
         f"Python {env.get('python')}, {env.get('platform')}.",
         "",
-        *_supplements(env),
+        *(line for sentence in supplement_sentences(env) for line in (sentence, "")),
         "Outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
         "",
         LEGEND,
@@ -215,17 +216,3 @@ def render_markdown(
             lines.append(f"- {outcome} ({len(ids)} cells): {reason}")
         lines.append("")
     return "\n".join(lines)
-
-
-def _supplements(env: dict[str, Any]) -> list[str]:
-    """The cells added to the table later (`publish --add`, conformance.versions.supplement),
-    each with the selection and the suite commit it ran at."""
-    lines = []
-    for s in env.get("supplements") or []:
-        lines += [
-            f"Cells added later without re-running the rest: {s.get('added')} added and "
-            f"{s.get('replaced')} replaced by a run of `{' '.join(s.get('selection') or [])}` at "
-            f"suite {(s.get('suite_commit') or 'unknown')[:12]}, {s.get('time_utc')}.",
-            "",
-        ]
-    return lines
