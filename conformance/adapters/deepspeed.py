@@ -40,7 +40,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -119,10 +119,16 @@ class DeepSpeedZero:
     def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         state.engine.save_checkpoint(str(path))  # type: ignore[union-attr]
 
+    # the tag load_checkpoint reads; None: the one the `latest` file save_checkpoint wrote names
+    load_tag: ClassVar[str | None] = None
+
     def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
-        loaded, _ = state.engine.load_checkpoint(str(path))  # type: ignore[union-attr]
+        # "None if loading the checkpoint failed" (its docstring): nothing loaded, say so
+        loaded, _ = state.engine.load_checkpoint(str(path), tag=self.load_tag)  # type: ignore[union-attr]
         if loaded is None:
-            raise FileNotFoundError(f"DeepSpeed's load_checkpoint found no checkpoint in {path}")
+            raise FileNotFoundError(
+                f"DeepSpeed's load_checkpoint found no checkpoint (tag {self.load_tag}) in {path}"
+            )
 
 
 UNIVERSAL_TAG = "conformance"
@@ -138,6 +144,8 @@ class DeepSpeedUniversal(DeepSpeedZero):
     client_state={UNIVERSAL_CHECKPOINT_INFO: {}}), rank 0 converts <tag> into <tag>_universal
     with ds_to_universal's main, every engine's config has "checkpoint": {"load_universal":
     True}, and load_checkpoint(dir, tag="<tag>_universal"))."""
+
+    load_tag: ClassVar[str | None] = f"{UNIVERSAL_TAG}_universal"
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "checkpoint": {"load_universal": True}}
@@ -165,11 +173,6 @@ class DeepSpeedUniversal(DeepSpeedZero):
                 )
             )
         dist.barrier()
-
-    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
-        loaded, _ = state.engine.load_checkpoint(str(path), tag=f"{UNIVERSAL_TAG}_universal")  # type: ignore[union-attr]
-        if loaded is None:
-            raise FileNotFoundError(f"DeepSpeed's load_checkpoint found no universal checkpoint in {path}")
 
 
 def skips_on(cell: Case | Transfer, backend: str) -> str | None:
