@@ -36,6 +36,7 @@ IMPACT_OF_KIND: dict[str, str] = {
     "dtype": "corrupts",
     "shape": "corrupts",
     "value": "corrupts",
+    "mesh": "corrupts",  # a DTensor on another world's mesh: its values cannot be read here
     "loss": "corrupts",
     "missing": "loses",
     "length": "loses",
@@ -45,7 +46,18 @@ IMPACT_OF_KIND: dict[str, str] = {
     "crash": "crashes",
     "hang": "hangs",
 }
-DIFFERENCE_KINDS = ("missing", "unexpected", "values", "dtype", "shape", "type", "length", "value", "loss")
+DIFFERENCE_KINDS = (
+    "missing",
+    "unexpected",
+    "values",
+    "dtype",
+    "shape",
+    "type",
+    "length",
+    "value",
+    "loss",
+    "mesh",
+)
 VERDICT_KINDS = ("sanity", "hygiene", "accepted", "problem")
 EVENT_KINDS = ("error", "crash", "hang")
 KINDS = DIFFERENCE_KINDS + VERDICT_KINDS + EVENT_KINDS
@@ -204,6 +216,7 @@ _KIND_OF_MESSAGE = (
     ("type drift", "type"),
     ("type differs", "type"),
     ("length differs", "length"),
+    ("foreign mesh", "mesh"),
     ("missing after load", "missing"),
     ("unexpected key", "unexpected"),
     ("expected ", "value"),

@@ -172,10 +172,11 @@ def _run_case(
         return CellResult(case.id, axes, verdict[0], verdict[1], 0.0)
     phases = Phases(pool, backend, timeout_s, seed=case_seed(case))
     saving = case.save if isinstance(case, Transfer) else case
+    storage = registered.storage if registered is not None else STORAGES.get(saving.storage)
     under = Under(
         strategy_factory,
-        registered.storage if registered is not None else STORAGES.get(saving.storage),
-        refusal_reason(case) if isinstance(case, Transfer) else None,
+        storage,
+        refusal_reason(case, storage) if isinstance(case, Transfer) else None,
     )
     outcome, detail = CHECKS[case.check].execute(phases, case, under)
     return CellResult(

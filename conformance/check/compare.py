@@ -21,9 +21,29 @@ _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 @dataclass(frozen=True)
+class ForeignMesh:
+    """What the harness's snapshot holds in place of a DTensor whose device mesh is not of the
+    world it is in (a load left state on the saving world's mesh): its value cannot be read, nor
+    stepped, here. mesh: the mesh as DeviceMesh prints it; world_size: the world it was found in;
+    why: what does not fit (ranks the world lacks, a process group of another size)."""
+
+    mesh: str
+    world_size: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    why: str
+
+    def __str__(self) -> str:
+        return (
+            f"a DTensor ({self.dtype}, shape {self.shape}) on {self.mesh}, not a mesh of this "
+            f"{self.world_size}-rank world ({self.why})"
+        )
+
+
+@dataclass(frozen=True)
 class Difference:
     """One difference: the key path, its kind (missing, unexpected, values, dtype, shape, type,
-    length or value), the message a person reads, and for values how many elements differ and
+    length, value, or mesh: a DTensor left on a mesh that is not of this world), the message a person reads, and for values how many elements differ and
     the first differing index."""
 
     key: str
@@ -98,6 +118,10 @@ def _float_bits(x: float) -> bytes:
 
 def compare_values(expected: Any, actual: Any, key: str = "") -> list[Difference]:
     """Every difference between two values, recursing into dicts, lists and tuples."""
+    if isinstance(actual, ForeignMesh):
+        return [Difference(key, f"loaded onto a foreign mesh: {actual}", "mesh")]
+    if isinstance(expected, ForeignMesh):
+        return [Difference(key, f"the reference state is on a foreign mesh: {expected}", "mesh")]
     if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
         if not (isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor)):
             return [

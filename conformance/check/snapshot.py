@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from conformance.check.compare import ForeignMesh
 from conformance.strategy.protocol import StateView, is_state_view
 from conformance.world import RankContext
 from conformance.world.attribution import code_under_test
@@ -43,6 +44,31 @@ def clean_name(fqn: str) -> str:
 
 def _is_dtensor(t: Any) -> bool:
     return type(t).__name__ == "DTensor"
+
+
+def foreign_mesh(t: Any, world_size: int) -> ForeignMesh | None:
+    """A marker for a DTensor whose device mesh is not of this world (None when it is): a load
+    that left state on the saving world's mesh (torch.load of DTensors saved at another world
+    size rebuilds their mesh as it was). Its full_tensor() would raise or gather over the wrong
+    ranks, so the snapshot never calls it: the comparer reports the marker (kind `mesh`). Asked
+    of this rank alone: no collective."""
+    mesh = t.device_mesh
+    ranks = mesh.mesh.reshape(-1).tolist()
+    why = ""
+    if max(ranks) >= world_size:
+        why = f"ranks {sorted(r for r in ranks if r >= world_size)} are not in it"
+    else:
+        try:
+            sizes = [dist.get_world_size(mesh.get_group(d)) for d in range(mesh.ndim)]
+        except Exception as exc:  # a mesh without this world's groups
+            sizes, why = [], f"its process groups are not this world's: {type(exc).__name__}"
+        wrong = [(d, n) for d, n in enumerate(sizes) if n != mesh.size(d)]
+        if wrong and not why:
+            d, n = wrong[0]
+            why = f"dimension {d} spans {mesh.size(d)} ranks, its process group {n}"
+    if not why:
+        return None
+    return ForeignMesh(str(mesh), world_size, t.dtype, tuple(t.shape), why)
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
@@ -141,6 +167,10 @@ def full_state(
     for key in sorted(raw):
         value = raw[key]
         if _is_dtensor(value):
+            foreign = foreign_mesh(value, ctx.world_size)
+            if foreign is not None:  # the strategy's load left it there: reported, never read
+                full[key] = foreign
+                continue
             full[key] = value.full_tensor().detach().cpu().clone()  # type: ignore[attr-defined]
         elif isinstance(value, torch.Tensor):
             pieces[key] = value.detach().cpu().clone()

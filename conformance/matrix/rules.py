@@ -199,11 +199,6 @@ REFUSALS: tuple[Rule, ...] = (
         {"check": "reshard", "kind": "local"},
         "LOCAL_STATE_DICT holds each rank's flat shard as it is: it belongs to one world size",
     ),
-    *(  # what each storage refuses by design (conformance.strategy.storage)
-        Rule({"check": "reshard", "storage": name, **axes}, reason)
-        for name, storage in STORAGE_OBJECTS.items()
-        for axes, reason in storage.reshard_refusals
-    ),
     *(  # another storage format than the saving one wrote, unless the loading one reads it
         Rule(
             {"check": "interop", "storage": saved, "load_storage": loaded},
@@ -216,8 +211,22 @@ REFUSALS: tuple[Rule, ...] = (
 )
 
 
-def refusal_reason(transfer: Transfer) -> str | None:
-    return first_reason(REFUSALS, transfer)
+def storage_refusals(storage: Any) -> tuple[Rule, ...]:
+    """What a storage refuses by design when a checkpoint it wrote is loaded in another world
+    (its `reshard_refusals`: a built-in storage's, or a registered strategy's OwnFormat)."""
+    name = getattr(storage, "name", None)
+    return tuple(
+        Rule({"check": "reshard", "storage": name, **axes}, reason)
+        for axes, reason in getattr(storage, "reshard_refusals", ())
+    )
+
+
+def refusal_reason(transfer: Transfer, storage: Any = None) -> str | None:
+    """Why the transfer's load must raise, or None. storage: the object that wrote the saving
+    side's checkpoint (a registered strategy's own); by default the built-in storage of its name."""
+    if storage is None:
+        storage = STORAGE_OBJECTS.get(transfer.save.storage)
+    return first_reason(REFUSALS + storage_refusals(storage), transfer)
 
 
 def transfer_unsupported_reason(transfer: Transfer) -> str | None:

@@ -1,0 +1,78 @@
+"""What a registered strategy's cells say is the strategy's, and what they say it is: a load
+that leaves DTensors on the saving world's mesh is its FAIL (kind `mesh`, impact corrupts),
+never the harness's error; a refusal its storage declares (OwnFormat.reshard_refusals) is a
+refused pass, and the same load undeclared its error."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from conformance.case import Transfer
+from conformance.check.registry import CHECKS
+from conformance.matrix import refusal_reason
+from conformance.observed import IMPACT_OF_KIND
+from conformance.outcome import Outcome
+from conformance.runner import run_case
+from conformance.strategy.registry import RegisteredStrategy
+from conformance.world import WorldPool
+from tests import registered_variants as variants
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[WorldPool]:
+    with WorldPool() as pool:
+        yield pool
+
+
+def reshard(strategy: RegisteredStrategy, save: int, load: int) -> Transfer:
+    cells = CHECKS["reshard"].strategy_cells("default", strategy)
+    return next(
+        c
+        for c in cells
+        if isinstance(c, Transfer)
+        and not strategy.unsupported_reason(c)
+        and c.save.world_size == save
+        and c.load.world_size == load
+        and c.save.model == "mlp"
+        and c.save.optimizer == "adamw"
+    )
+
+
+@pytest.mark.parametrize(("save", "load"), [(2, 1), (1, 2), (2, 4)])
+def test_state_left_on_the_saving_world_s_mesh_is_the_strategy_s_fail(
+    pool: WorldPool, save: int, load: int
+) -> None:
+    cell = reshard(variants.FOREIGN_MESH, save, load)
+    result = run_case(pool, cell, backend="gloo", timeout_s=120, registered=variants.FOREIGN_MESH)
+    assert result.outcome is Outcome.FAIL, f"{cell.id}:\n{result.detail}"
+    meshes = [o for o in result.observed if o["kind"] == "mesh"]
+    assert meshes, result.detail
+    assert all(o["key"].startswith("optim/") for o in meshes), meshes
+    assert "foreign mesh" in result.detail and "not a mesh of this" in result.detail, result.detail
+    assert IMPACT_OF_KIND["mesh"] == "corrupts"
+
+
+def test_the_same_strategy_at_its_own_world_size_passes(pool: WorldPool) -> None:
+    cell = next(
+        c
+        for c in CHECKS["roundtrip"].strategy_cells("default", variants.FOREIGN_MESH)
+        if not variants.FOREIGN_MESH.unsupported_reason(c)
+        and c.world_size == 2
+        and c.model == "mlp"
+        and c.optimizer == "adamw"
+    )
+    result = run_case(pool, cell, backend="gloo", timeout_s=120, registered=variants.FOREIGN_MESH)
+    assert result.outcome is Outcome.PASS, result.detail
+
+
+def test_a_declared_refusal_is_a_refused_pass_and_undeclared_an_error(pool: WorldPool) -> None:
+    cell = reshard(variants.REFUSES_TO_RESHARD, 2, 1)
+    assert refusal_reason(cell, variants.REFUSES_TO_RESHARD.storage) == variants.REFUSAL[1]
+    assert refusal_reason(cell, variants.UNDECLARED.storage) is None
+    declared = run_case(pool, cell, backend="gloo", timeout_s=120, registered=variants.REFUSES_TO_RESHARD)
+    assert declared.outcome is Outcome.PASS, declared.detail
+    assert "cannot reshard" in declared.detail, declared.detail
+    undeclared = run_case(pool, cell, backend="gloo", timeout_s=120, registered=variants.UNDECLARED)
+    assert undeclared.outcome is Outcome.ERROR, undeclared.detail
