@@ -3,6 +3,7 @@ broken (module-level: the ranks import the factories by name)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,3 +132,31 @@ def titan_forgets_the_holders(case: Case) -> Torchtitan:
 
 def titan_keeps_the_old_layout(case: Case) -> Torchtitan:
     return TitanKeepsTheOldLayout(case)
+
+
+@dataclass(frozen=True)
+class SwallowsLoadErrors(TorchCheckpointing):
+    """A load that catches the library's error and goes on with the fresh state, as a resume
+    loop that starts from scratch on `except Exception` does."""
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        with contextlib.suppress(Exception):
+            super().load(state, path, ctx)
+
+
+@dataclass(frozen=True)
+class TitanSwallowsLoadErrors(Torchtitan):
+    """torchtitan's load with its error caught, the training going on from the fresh state."""
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        # DCP's CheckpointException is a BaseException: `except Exception` would miss it
+        with contextlib.suppress(BaseException):
+            super().load(state, path, ctx)
+
+
+def swallows_load_errors(case: Case) -> TorchCheckpointing:
+    return SwallowsLoadErrors(case)
+
+
+def titan_swallows_load_errors(case: Case) -> Torchtitan:
+    return TitanSwallowsLoadErrors(case)

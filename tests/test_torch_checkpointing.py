@@ -77,6 +77,65 @@ def test_the_round_trip_catches_a_broken_variant(
     assert needle in result.detail, result.detail
 
 
+# The damage every rank meets (other shapes) is a FAIL once swallowed. Damage one rank meets
+# alone (a rank's file cut or deleted): that rank swallows and goes on, its peers' load completes,
+# and the two disagree in the next collective: a crash, still the cell's failure, never a pass.
+SWALLOWED = [("other_model", Outcome.FAIL), ("truncated", Outcome.CRASH), ("missing_shard", Outcome.CRASH)]
+
+
+@pytest.mark.parametrize(("variant", "outcome"), SWALLOWED, ids=[v for v, _ in SWALLOWED])
+def test_the_corrupt_check_catches_a_load_that_swallows_the_library_s_error(
+    pool: WorldPool, variant: str, outcome: Outcome
+) -> None:
+    """The row declares the corrupt check: its load raises on each damage, and a load that
+    swallows the error and goes on with the fresh state fails the cell."""
+    from conformance.adapters.torch_checkpointing import TORCH_CHECKPOINTING
+
+    case = cell(TORCH_CHECKPOINTING, "corrupt", f"corrupt-{CELL}-{variant}")
+    control = run_case(pool, case, backend="gloo", timeout_s=120, registered=TORCH_CHECKPOINTING)
+    assert control.outcome is Outcome.PASS, control.detail
+    broken = dataclasses.replace(TORCH_CHECKPOINTING, factory=broken_libraries.swallows_load_errors)
+    result = run_case(pool, case, backend="gloo", timeout_s=120, registered=broken)
+    assert result.outcome is outcome, result.detail
+    assert "the load did not raise" in result.detail or "loaded a damaged checkpoint" in result.detail
+
+
+def test_the_resharding_row_skips_exactly_the_saves_in_several_ranks(pool: WorldPool) -> None:
+    """On gloo the skip covers the cells whose save runs in several ranks (the witness aside),
+    and those are the ones that raise for CUDA: lifted, a skipped cell raises so, and a save in
+    one rank, which the skip leaves alone, passes bit-exact."""
+    import torch
+
+    from conformance.adapters.torch_checkpointing import (
+        RESHARD_CPU_WITNESS,
+        TORCH_CHECKPOINTING_RESHARD,
+        saving_ranks,
+    )
+
+    row = TORCH_CHECKPOINTING_RESHARD
+    cells = [
+        c
+        for check in row.supports.checks
+        for c in CHECKS[check].strategy_cells("default", row)
+        if not row.unsupported_reason(c)
+    ]
+    skipped = {c.id for c in cells if row.skip_reason(c, "gloo")}
+    assert skipped == {c.id for c in cells if saving_ranks(c) > 1 and c.id != RESHARD_CPU_WITNESS}
+    assert all(row.skip_reason(c, "nccl") is None for c in cells)
+    running = [c for c in cells if c.id not in skipped and c.id != RESHARD_CPU_WITNESS]
+    assert {c.check for c in running} >= {"reshard", "roundtrip"}, sorted(c.id for c in running)
+    lifted = dataclasses.replace(row, skips_on=None)
+    one_rank = next(c for c in running if c.check == "reshard" and c.axes()["model"] == "mlp")
+    result = run_case(pool, one_rank, backend="gloo", timeout_s=120, registered=lifted)
+    assert result.outcome is Outcome.PASS, f"{one_rank.id}:\n{result.detail}"
+    if not torch.cuda.is_available():
+        several = next(
+            c for c in cells if c.id in skipped and c.check == "reshard" and c.axes()["model"] == "mlp"
+        )
+        result = run_case(pool, several, backend="gloo", timeout_s=120, registered=lifted)
+        assert result.outcome is Outcome.ERROR and "CUDA" in result.detail, f"{several.id}:\n{result.detail}"
+
+
 def test_the_witness_cells_show_the_library_s_limits_here(pool: WorldPool) -> None:
     import torch
 
@@ -90,7 +149,7 @@ def test_the_witness_cells_show_the_library_s_limits_here(pool: WorldPool) -> No
     result = run_case(pool, reshard, backend="gloo", timeout_s=120, registered=TORCH_CHECKPOINTING_RESHARD)
     if not torch.cuda.is_available():
         assert result.outcome is Outcome.ERROR and "CUDA" in result.detail, result.detail
-    # every other cell of that row is a skip on gloo, saying why
+    # its other saves in several ranks are skips on gloo, saying why
     assert "needs-cuda" in str(
         TORCH_CHECKPOINTING_RESHARD.skip_reason(dataclasses.replace(reshard, world_size=4), "gloo")
     )

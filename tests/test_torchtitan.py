@@ -47,6 +47,13 @@ CAUGHT = [
     ),
     ("TORCHTITAN", "roundtrip", ROUNDTRIP, broken_libraries.titan_excludes_the_optimizer, "optim/"),
     ("TORCHTITAN", "reshard", RESHARD, broken_libraries.titan_keeps_the_old_layout, "values differ"),
+    (
+        "TORCHTITAN",
+        "corrupt",
+        f"corrupt-{ROUNDTRIP}-truncated",
+        broken_libraries.titan_swallows_load_errors,
+        "loaded a damaged checkpoint without an error",
+    ),
 ]
 
 

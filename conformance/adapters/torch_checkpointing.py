@@ -46,6 +46,7 @@ from conformance.strategy.builtin import WRAPPERS
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.strategy.storage.dcp_async import tensors_in
+from conformance.strategy.storage.own import OwnFormat
 from conformance.world import RankContext
 
 DIST = "torch_checkpointing"
@@ -162,28 +163,49 @@ def default_storage(case: Case) -> TorchCheckpointing:
     return TorchCheckpointing(case, direct_io=None)
 
 
-# The one cell of the resharding row that runs on the CPU: it shows why the others cannot.
+# The one multi-rank save of the resharding row that runs on the CPU: it shows why the others cannot.
 RESHARD_CPU_WITNESS = "torch_checkpointing_reshard-fsdp2-sharded-torch_checkpointing-adamw-mlp-w2"
 RESHARD_CPU_REASON = (
     "torch_checkpointing 0.1.1 gathers the sharding metadata of an item with a resharder on CUDA "
-    'tensors (metadata_manager.py, device="cuda"): a multi-rank save with a resharder raises on a '
-    f"CPU-only host (finding torch-checkpointing-reshard-needs-cuda, shown by {RESHARD_CPU_WITNESS}); "
-    "the rest run on a GPU runner (nccl)"
+    'tensors (metadata_manager.py, device="cuda"): a save in several ranks with a resharder raises on '
+    f"a CPU-only host (finding torch-checkpointing-reshard-needs-cuda, shown by {RESHARD_CPU_WITNESS}); "
+    "these cells run on a GPU runner (nccl). A save in one rank gathers nothing and runs here"
 )
 
 
-def reshard_cpu_skip(cell: Case | Transfer, backend: str) -> str | None:
-    """On gloo every cell of the resharding row but the witness is a skip saying why."""
-    return RESHARD_CPU_REASON if backend == "gloo" and cell.id != RESHARD_CPU_WITNESS else None
+def saving_ranks(cell: Case | Transfer) -> int:
+    """How many ranks write the cell's checkpoint (a transfer's saving side)."""
+    return cell.save.world_size if isinstance(cell, Transfer) else cell.world_size
 
+
+def reshard_cpu_skip(cell: Case | Transfer, backend: str) -> str | None:
+    """On gloo, the cells of the resharding row whose save runs in several ranks skip, saying
+    why (the witness runs and shows it); a save in one rank runs."""
+    if backend != "gloo" or cell.id == RESHARD_CPU_WITNESS or saving_ranks(cell) == 1:
+        return None
+    return RESHARD_CPU_REASON
+
+
+# What a save writes under its checkpoint_id: each rank's items as torch.save files,
+# model_<rank>.pt and optimizer_<rank>.pt (scheduler_<rank>.pt with a scheduler); no file says
+# what the others hold, so there is no missing_metadata damage.
+STORAGE = OwnFormat(
+    "torch_checkpointing",
+    data="*.pt",
+    rank_file="*_{rank}.pt",
+    damage=("flipped_bytes", "missing_shard", "other_model", "truncated"),
+)
 
 TORCH_CHECKPOINTING = RegisteredStrategy(
     name="torch_checkpointing",
     factory=plain,
     supports=Supports(
-        wrappers=LAYOUTS, kinds=("sharded",), checks=("resume", "roundtrip"), models=ADAPTER_MODELS
+        wrappers=LAYOUTS,
+        kinds=("sharded",),
+        checks=("corrupt", "resume", "roundtrip"),
+        models=ADAPTER_MODELS,
     ),
-    storage="torch_checkpointing",
+    storage=STORAGE,
     requires=(DIST,),
     description="torch_checkpointing.CheckpointManager async save (CPU staging as its troubleshooting.md "
     "says, use_direct_io=False) of model.state_dict() and optimizer.state_dict(), the next step taken "
@@ -198,11 +220,12 @@ TORCH_CHECKPOINTING_RESHARD = RegisteredStrategy(
         checks=("resume", "roundtrip", "reshard", "relayout"),
         models=ADAPTER_MODELS,
     ),
-    storage="torch_checkpointing",
+    storage=STORAGE,
     requires=(DIST,),
     description="torch_checkpointing with DefaultResharder on the model and the optimizer "
     "(distributed_and_resharding.md): the documented load across layouts and world sizes; on the "
-    f"CPU one witness cell ({RESHARD_CPU_WITNESS}), the others skip saying why",
+    f"CPU the saves in one rank and one witness cell ({RESHARD_CPU_WITNESS}) run, the other saves in "
+    "several ranks skip saying why",
     skips_on=reshard_cpu_skip,
 )
 TORCH_CHECKPOINTING_DIRECT_IO = RegisteredStrategy(
@@ -216,7 +239,7 @@ TORCH_CHECKPOINTING_DIRECT_IO = RegisteredStrategy(
         optimizers=("adamw",),
         models=("mlp",),
     ),
-    storage="torch_checkpointing",
+    storage=STORAGE,
     requires=(DIST,),
     description="torch_checkpointing with its default storage (O_DIRECT writes), one witness cell",
 )

@@ -48,6 +48,7 @@ from conformance.strategy.builtin import WRAPPERS
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.strategy.storage.dcp_async import tensors_in
+from conformance.strategy.storage.own import OwnFormat
 from conformance.world import RankContext
 
 DIST = "torchtitan"
@@ -181,10 +182,20 @@ def asynchronous(case: Case) -> Torchtitan:
     return Torchtitan(case, async_mode="async")
 
 
+# What save(step) writes: a DCP directory, <folder>/step-<N>/, with each rank's __<rank>_0.distcp
+# and the .metadata that says where every item lies.
+STORAGE = OwnFormat(
+    "torchtitan",
+    data="*.distcp",
+    rank_file="__{rank}_*.distcp",
+    metadata=(".metadata",),
+    damage=("flipped_bytes", "missing_metadata", "missing_shard", "other_model", "truncated"),
+)
+
 SUPPORTS = Supports(
     wrappers=LAYOUTS,
     kinds=("sharded",),
-    checks=("resume", "roundtrip", "reshard", "relayout"),
+    checks=("corrupt", "resume", "roundtrip", "reshard", "relayout"),
     optimizers=("adam", "adamw", "adamw+groups", "adamw+sched"),
     models=ADAPTER_MODELS,
 )
@@ -192,7 +203,7 @@ TORCHTITAN = RegisteredStrategy(
     name="torchtitan",
     factory=synchronous,
     supports=SUPPORTS,
-    storage="torchtitan",
+    storage=STORAGE,
     requires=(DIST,),
     description="torchtitan's CheckpointManager (DCP, async_mode disabled) over its OptimizersContainer "
     "and LRSchedulersContainer, save(step) and load(step=-1) as its trainer calls them",
@@ -201,7 +212,7 @@ TORCHTITAN_ASYNC = RegisteredStrategy(
     name="torchtitan_async",
     factory=asynchronous,
     supports=SUPPORTS,
-    storage="torchtitan",
+    storage=STORAGE,
     requires=(DIST,),
     description="torchtitan's CheckpointManager with async_mode='async': the next step's in-place update "
     "runs while the save is in flight, then maybe_wait_for_saving, as its trainer orders them",

@@ -35,7 +35,6 @@ from conformance.observed import verdict
 from conformance.outcome import Outcome
 from conformance.strategy.storage import Storage
 from conformance.strategy.storage.base import files
-from conformance.strategy.storage.own import OwnFormat
 from conformance.strategy.under_test import LOADING_CALLS
 
 FLIP = 16
@@ -58,7 +57,7 @@ def damage(directory: Path, variant: str, storage: Storage, world_size: int) -> 
     if not written:
         raise FileNotFoundError(f"the strategy wrote nothing under {directory}")
     if variant == "truncated":
-        data = storage.data_files(directory) if isinstance(storage, OwnFormat) else written
+        data = storage.data_files(directory)
         if not data:
             raise FileNotFoundError(f"{storage.name} names no data file in {[p.name for p in written]}")
         target = max(data, key=lambda p: p.stat().st_size)

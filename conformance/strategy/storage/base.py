@@ -37,6 +37,11 @@ class Storage(IoStorage, Protocol):
         """(file, offset, length) of the largest tensor payload it wrote (flipped_bytes)."""
         ...
 
+    def data_files(self, path: Path) -> list[Path]:
+        """The files that hold its data (truncated cuts the largest): all it wrote, unless it
+        writes files beside them that hold none (a script, a manifest)."""
+        ...
+
     def rank_files(self, path: Path, rank: int) -> list[Path]:
         """The files that hold `rank`'s part (missing_shard); [] where there are none."""
         ...

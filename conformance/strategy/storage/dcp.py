@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.strategy.protocol import StateDict
-from conformance.strategy.storage.base import Refusal
+from conformance.strategy.storage.base import Refusal, files
 from conformance.world import RankContext
 
 
@@ -60,6 +60,9 @@ class DcpDirectory:
         storage = FileSystemReader(str(path)).read_metadata().storage_data
         info = max(storage.values(), key=lambda s: s.length)
         return path / info.relative_path, info.offset, info.length
+
+    def data_files(self, path: Path) -> list[Path]:
+        return files(path)
 
     def rank_files(self, path: Path, rank: int) -> list[Path]:
         return sorted(path.glob(f"__{rank}_*.distcp"))

@@ -88,6 +88,9 @@ class HfSafetensors:
     def payload(self, path: Path) -> tuple[Path, int, int]:
         return largest_safetensors_payload(path / MODEL)
 
+    def data_files(self, path: Path) -> list[Path]:
+        return files(path)
+
     def rank_files(self, path: Path, rank: int) -> list[Path]:
         return []
 

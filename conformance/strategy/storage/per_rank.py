@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from conformance.strategy.protocol import StateDict
-from conformance.strategy.storage.base import Refusal, largest_zip_payload
+from conformance.strategy.storage.base import Refusal, files, largest_zip_payload
 from conformance.world import RankContext
 
 
@@ -73,6 +73,9 @@ class PerRankFiles:
 
     def payload(self, path: Path) -> tuple[Path, int, int]:
         return largest_zip_payload(path)
+
+    def data_files(self, path: Path) -> list[Path]:
+        return files(path)
 
     def rank_files(self, path: Path, rank: int) -> list[Path]:
         return [path / f"rank{rank}.pt"] if (path / f"rank{rank}.pt").exists() else []
