@@ -11,6 +11,7 @@ results; the CI baseline takes its reasons and links from them.
 from __future__ import annotations
 
 import fnmatch
+import importlib.resources
 import re
 import sys
 from dataclasses import dataclass, field
@@ -24,7 +25,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-FINDINGS_PATH = Path(__file__).resolve().parent.parent / "reports" / "findings.toml"
+FINDINGS_PATH = Path(__file__).resolve().parent.parent / "reports" / "findings.toml"  # the checkout's
+# An installed wheel ships that file as package data, conformance/data/findings.toml (pyproject.toml
+# maps the package conformance.data to reports/): the checkout's file stays the one source.
+PACKAGED_FINDINGS = ("conformance.data", "findings.toml")
 
 # class -> what it means, in the order the reports list them
 CLASSES: dict[str, str] = {
@@ -164,8 +168,21 @@ def _finding(entry: dict[str, object], where: str) -> Finding:
     return finding
 
 
-def load_findings(path: Path = FINDINGS_PATH) -> list[Finding]:
-    """The findings of a findings.toml ([[finding]] tables); [] when there is no such file."""
+def findings_path() -> Path:
+    """The findings data of this installation: the copy the installed package ships, read through
+    importlib.resources, else the checkout's reports/findings.toml."""
+    package, name = PACKAGED_FINDINGS
+    try:
+        packaged = importlib.resources.files(package) / name
+    except (ModuleNotFoundError, TypeError):  # no such package, or not one resources can read
+        return FINDINGS_PATH
+    return packaged if isinstance(packaged, Path) and packaged.is_file() else FINDINGS_PATH
+
+
+def load_findings(path: Path | None = None) -> list[Finding]:
+    """The findings of a findings.toml ([[finding]] tables), by default this installation's
+    (findings_path); [] when there is no such file."""
+    path = findings_path() if path is None else path
     if not Path(path).exists():
         return []
     data = tomllib.loads(Path(path).read_text())

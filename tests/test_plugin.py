@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conformance.case import Case
+from conformance.check.registry import CHECKS
+from conformance.outcome import CellResult, Outcome
+from conformance.runner import run_case
+from conformance.strategy.registry import RegisteredStrategy
+from conformance.world import WorldPool
 from tests.procs import alive
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -311,6 +320,54 @@ def test_the_documented_example_copied_into_a_new_file_runs_as_written(tmp_path:
     passed = [c["id"] for c in results["cells"] if c["outcome"] == "pass"]
     assert "my_fsdp2_dcp-fsdp2-sharded-dcp-adamw-mlp-w2" in passed
     assert (out / "matrix.html").exists()
+
+
+def python_blocks(doc: str) -> list[str]:
+    """The text of every ```python block of a markdown document."""
+    return re.findall(r"```python\n(.*?)```", doc, flags=re.DOTALL)
+
+
+def round_trips(strategy: RegisteredStrategy, pick: Callable[[Case], bool]) -> list[CellResult]:
+    """The strategy's declared round-trip cells of the ci profile that `pick` takes, run in warm
+    worlds of this process (whose import path the ranks get)."""
+    cells = [
+        c
+        for c in CHECKS["roundtrip"].strategy_cells("ci", strategy)
+        if not strategy.unsupported_reason(c) and pick(c)
+    ]
+    with WorldPool() as pool:
+        return [run_case(pool, c, backend="gloo", timeout_s=120, registered=strategy) for c in cells]
+
+
+def test_the_own_optimizer_example_is_the_documented_one_and_its_round_trips_pass() -> None:
+    """docs/your-strategy.md shows examples/own_optimizer.py whole; its round trips (a container
+    of one optimizer per param group, the framework's scheduler) pass: the cells of
+    `pytest cases --strategy examples.own_optimizer:STRATEGY --matrix ci -k "roundtrip and mlp and w2"`."""
+    from examples.own_optimizer import STRATEGY
+
+    doc = (ROOT / "docs" / "your-strategy.md").read_text()
+    assert (ROOT / "examples" / "own_optimizer.py").read_text() in python_blocks(doc)
+    results = round_trips(STRATEGY, lambda c: c.model == "mlp" and c.world_size == 2)
+    assert {r.axes["optimizer"] for r in results} == {"adam", "adamw", "adamw+groups", "adamw+sched", "sgd"}
+    for result in results:
+        assert result.outcome is Outcome.PASS, f"{result.id}:\n{result.detail}"
+
+
+def test_the_documented_tp_snippet_passes_on_both_2_rank_meshes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The TP block of docs/your-strategy.md as my_tp.py: its ci cells, TP alone and FSDP2 + TP
+    on the (1, 2) and (2, 1) meshes, pass (the sanity check finds the TP weights on "tp")."""
+    doc = (ROOT / "docs" / "your-strategy.md").read_text()
+    (tmp_path / "my_tp.py").write_text(next(b for b in python_blocks(doc) if b.startswith("# my_tp.py\n")))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        results = round_trips(importlib.import_module("my_tp").STRATEGY, lambda c: True)
+    finally:
+        sys.modules.pop("my_tp", None)
+    assert sorted(r.id.rsplit("-", 1)[-1] for r in results) == ["mesh1x2", "mesh2x1", "w2"]
+    for result in results:
+        assert result.outcome is Outcome.PASS, f"{result.id}:\n{result.detail}"
 
 
 # Cells whose outcome once depended on the cells before them in a warm world (torch 2.11: a
