@@ -98,6 +98,7 @@ def run_in_this_world(case: Case, backend_choice: str) -> int:
     from conformance.check.roundtrip import RoundTrip, run_roundtrip
     from conformance.runner import case_seed, resolve_backend
     from conformance.world import RankContext
+    from conformance.world.devices import process_group_backend
     from conformance.world.torchrun import torchrun_device
 
     backend = resolve_backend(backend_choice)
@@ -105,7 +106,7 @@ def run_in_this_world(case: Case, backend_choice: str) -> int:
     if size != case.world_size:
         raise SystemExit(f"{case.id} needs {case.world_size} processes, torchrun started {size}")
     device = torchrun_device(backend)
-    dist.init_process_group(backend)
+    dist.init_process_group(process_group_backend(backend))
     seed = case_seed(case)
     torch.manual_seed(seed)
     shared = [tempfile.mkdtemp(prefix="conformance-repro-") if rank == 0 else None]

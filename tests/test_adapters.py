@@ -69,3 +69,21 @@ def test_the_adapters_declare_every_fixed_model_but_named_experts() -> None:
     from conformance.models import MODELS
 
     assert set(ADAPTER_MODELS) == set(MODELS) - {"moe_named"}
+
+
+def test_accelerate_s_cells_on_a_gpu_skip_with_the_adapter_s_own_fault() -> None:
+    """On nccl every Accelerate cell, the CPU witness included, is a skip that says the adapter is
+    at fault there (the first GPU run: prepare_model before the optimizer exists), never an error
+    reported as Accelerate's."""
+    from conformance.check.registry import CHECKS
+
+    cells = [
+        c
+        for check in ACCELERATE_FSDP.supports.checks
+        for c in CHECKS[check].strategy_cells("default", ACCELERATE_FSDP)
+        if not ACCELERATE_FSDP.unsupported_reason(c)
+    ]
+    assert cells and ACCELERATE_FSDP.skips_on is not None
+    for cell in cells:
+        reason = ACCELERATE_FSDP.skips_on(cell, "nccl")
+        assert reason and "a fault of this suite's adapter" in reason, cell.id

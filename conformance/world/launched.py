@@ -15,6 +15,7 @@ from typing import Any
 
 from conformance.world.attribution import error_status
 from conformance.world.cellrun import CellRun
+from conformance.world.devices import process_group_backend
 from conformance.world.rank import CellFn, execute_cell
 
 GRACE_S = 30.0  # beyond the case timeout, how long ranks wait for each other's replies
@@ -127,7 +128,7 @@ class LaunchWorld:
             dist.destroy_process_group()
         self.generation += 1
         dist.init_process_group(
-            self.backend,
+            process_group_backend(self.backend),
             store=dist.PrefixStore(f"conformance/{self.tag}/pg{self.generation}", self.store),
             rank=self.rank,
             world_size=self.size,

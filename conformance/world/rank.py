@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.world.attribution import raised_in
+from conformance.world.devices import process_group_backend
 
 CellFn = Callable[[Any, Any], Any]  # (RankContext, arg) -> picklable value
 
@@ -185,7 +186,7 @@ def _init_default_group(
     if dist.is_initialized():
         dist.destroy_process_group()
     dist.init_process_group(
-        backend,
+        process_group_backend(backend),
         store=dist.PrefixStore(f"pg{generation}", store),
         rank=rank,
         world_size=size,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from conformance.world.attribution import error_status
 from conformance.world.cellrun import CellRun
+from conformance.world.devices import process_group_backend
 from conformance.world.rank import CellFn
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ def rank_main(job_path: Path) -> int:
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = torchrun_device(job.backend)
     torch.set_num_threads(1)
-    dist.init_process_group(job.backend)
+    dist.init_process_group(process_group_backend(job.backend))
     ctx = RankContext(rank, size, job.backend, device, Path(job.cell_dir), job.seed)
     reply = execute_cell(job.fn, job.arg, ctx)  # a rank that raises tears its group down
     answer = (
