@@ -166,3 +166,18 @@ def test_a_signature_keeps_what_a_difference_is_not_how_big_or_where_an_event_st
     )
     hang = Observed("cell", "hang", "", None, "timed out after 60 s; ranks [0] did not finish")
     assert hang.signature == Observed("cell", "hang", "", None, "timed out after 20 s; ranks [1]").signature
+
+
+def test_only_failing_entries_without_findings_are_outcome_only(tmp_path: Path) -> None:
+    """--update-baseline writes unsupported and skipped cells without findings (they record
+    nothing): the gate's warning about entries it cannot look inside counts failing ones only."""
+    from conformance.baseline import load_baseline
+
+    path = tmp_path / "b.toml"
+    path.write_text(
+        'profile = "ci"\npasses = []\n\n'
+        '["a-unsupported"]\noutcome = "unsupported"\nreason = "by design"\n\n'
+        '["b-skip"]\noutcome = "skip"\nreason = "not here"\n\n'
+        '["c-fail"]\noutcome = "fail"\nreason = "old form"\n'
+    )
+    assert load_baseline(path).outcome_only == ("c-fail",)

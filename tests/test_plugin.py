@@ -77,6 +77,10 @@ def test_k_sharded_runs_only_sharded_cells_and_xdist_agrees(tmp_path: Path) -> N
     env = serial["environment"]
     assert serial["schema"] == 1
     assert env["backend"] == "gloo" and env["world_sizes"] == [2] and env["torch"]
+    # what the run cost, and on how many workers
+    assert env["run"]["workers"] == 0 and parallel["environment"]["run"]["workers"] == 2
+    assert env["run"]["wall_s"] > 0
+    assert "min of wall time on 2 pytest-xdist workers" in (tmp_path / "xdist" / "matrix.md").read_text()
     for cell in serial["cells"]:
         fields = {"id", "axes", "outcome", "detail", "duration_s", "rerun"}
         # a failing cell's differences and errors, one record each

@@ -4,6 +4,7 @@ reports, and judged by the gate at the end."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,12 @@ def profile_cell_ids(profile: str, registry: Registry | None = None) -> set[str]
     return cells | {p.id for p in properties(profile, registry)}
 
 
+def _workers(config: pytest.Config) -> int:
+    """The run's pytest-xdist workers (`-n`); 0 when it ran in one process."""
+    workers = getattr(config.option, "numprocesses", None)
+    return int(workers) if isinstance(workers, int) else 0
+
+
 class ResultCollector:
     """Gathers every cell's result (on the controller under xdist) and writes the reports."""
 
@@ -56,6 +63,7 @@ class ResultCollector:
         self.out: Path | None = None
         self.gate_lines: list[str] = []  # what the gate says at the end: disappeared, unmatched
         self.worlds: dict[str, int] = {}  # process (xdist worker id, or "main") -> worlds it started
+        self.started = time.monotonic()  # the run's wall time is counted from here
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
@@ -128,6 +136,10 @@ class ResultCollector:
             strategies=self.config.stash[REGISTRY_KEY].versions(),
             descriptions=self.config.stash[REGISTRY_KEY].descriptions(),
         )
+        env["run"] = {
+            "wall_s": round(time.monotonic() - self.started, 1),
+            "workers": _workers(self.config),
+        }
         if baseline is not None:
             env["baseline"] = {"path": baseline.path, "sha256": baseline.sha256, "profile": baseline.profile}
         self.out = self.report_dir(backend)
@@ -140,6 +152,10 @@ class ResultCollector:
             path = Path(self.config.getoption("baseline"))
             previous = load_baseline(path) if path.exists() else None
             path.write_text(render_baseline(results, header, env["matrix"], previous))
+            self.gate_lines.append(
+                f"baseline written: {path} ({len(results)} cells); this run's own exit status still "
+                "says whether every cell passed, the gate is the next run with --baseline"
+            )
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         for line in self.gate_lines:

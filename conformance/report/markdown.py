@@ -50,6 +50,16 @@ LEGEND = (
 )
 
 
+def _cost(env: dict[str, Any]) -> list[str]:
+    """What the run cost, when the run metadata says (older tables do not)."""
+    run = env.get("run") or {}
+    if "wall_s" not in run:
+        return []
+    workers = run.get("workers") or 0
+    how = f"{workers} pytest-xdist workers" if workers else "one process"
+    return [f"The run took {run['wall_s'] / 60:.1f} min of wall time on {how}.", ""]
+
+
 def _deprecated(cells: list[CellResult], findings: list[Finding]) -> set[str]:
     """The strategies (feature-table rows) whose cells call a deprecated API (a finding says)."""
     marked = [f for f in findings if f.marks]
@@ -163,6 +173,7 @@ def render_markdown(
         f"suite {env.get('suite_version')} ({(env.get('suite_commit') or 'unknown')[:12]}), "
         f"Python {env.get('python')}, {env.get('platform')}.",
         "",
+        *_cost(env),
         *(line for sentence in supplement_sentences(env) for line in (sentence, "")),
         "Outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
         "",
