@@ -91,6 +91,21 @@ class DeepSpeedZero:
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
         return model.to(ctx.device)  # the engine wraps it in own_training, with the optimizer
 
+    def shard_group_size(self, world_size: int) -> int:
+        """For the sanity check: ZeRO 1 and 2 keep every parameter whole on every rank (they
+        partition the optimizer state and the gradients); ZeRO-3 partitions the parameters too."""
+        return world_size if self.stage == 3 else 1
+
+    def held(self, param: torch.Tensor) -> torch.Tensor:
+        """For the sanity check: what of a parameter this rank holds. ZeRO-3 releases a
+        partitioned parameter's data to an empty placeholder between forwards and keeps this
+        rank's partition in `ds_tensor` (an attribute it gives every parameter it manages; a
+        parameter it keeps whole has its data and counts whole)."""
+        partition = getattr(param, "ds_tensor", None)
+        if isinstance(partition, torch.Tensor) and param.numel() == 0:
+            return partition
+        return param
+
     def config(self) -> dict[str, Any]:
         x, _ = model_class(self.case.model).batch(torch.Generator().manual_seed(0))  # type: ignore[attr-defined]
         return {

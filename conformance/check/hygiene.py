@@ -14,6 +14,7 @@ bitwise.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,6 @@ from typing import Any
 import torch
 
 from conformance.case import Case
-from conformance.check import snapshot
 from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.compare import compare_states
 from conformance.check.phases import PhaseError, Phases, observed_of
@@ -36,8 +36,11 @@ from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.under_test import strategy_under_test
 from conformance.world import RankContext
 
-# the segments the harness strips from names, and Lightning's _forward_module. too
-WRAPPER_SEGMENTS = (*snapshot.WRAPPER_SEGMENTS, "_forward_module.")
+# A wrapper's name segment, whichever wrapper: a private attribute that holds the wrapped module
+# (`_fsdp_wrapped_module.`, `_checkpoint_wrapped_module.`, torch.compile's `_orig_mod.`, and any
+# framework's own, such as a `_forward_module.`), matched by its shape rather than by a list of
+# wrappers' names.
+WRAPPER_SEGMENT = re.compile(r"(?:^|\.)_\w*mod(?:ule)?\.")
 
 
 @dataclass(frozen=True)
@@ -63,9 +66,7 @@ def hygiene_problems(state: dict[str, Any], plain: torch.nn.Module, expected: Sn
         return [f"the checkpoint holds no model tensors at all ({len(state)} keys)"]
     problems = []
     prefixed = sorted(
-        k
-        for k in state
-        if k.startswith("module.") or "_flat_param" in k or any(s in k for s in WRAPPER_SEGMENTS)
+        k for k in state if k.startswith("module.") or "_flat_param" in k or WRAPPER_SEGMENT.search(k)
     )
     if prefixed:
         problems.append(

@@ -157,7 +157,7 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
 
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
     train_state(trained, ctx, case)
-    failures = sharding_problems(case, ctx, trained.model)
+    failures = sharding_problems(case, ctx, trained.model, strategy)
     observed = sanity_records(failures, ctx.rank)
     before_local = local_state(trained.model, trained.optimizers, trained.scheduler)
     before_full = full_state(trained.model, trained.optimizers, trained.scheduler, ctx, sharded=sharded)

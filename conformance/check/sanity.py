@@ -12,6 +12,8 @@ the whole model.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -25,18 +27,6 @@ from conformance.strategy.wrappers import shard_group_size
 from conformance.world import RankContext
 
 TP_SHARDINGS = ("tp", "hsdp_tp")  # the shardings whose mesh's last dimension is "tp"
-
-
-def held(param: torch.Tensor) -> torch.Tensor:
-    """What of a parameter this rank holds: the parameter (or its DTensor's shard); for one that
-    DeepSpeed's ZeRO-3 has partitioned (its data released to an empty placeholder between
-    forwards), this rank's partition, `ds_tensor` (an attribute ZeRO-3 gives every parameter
-    it manages: a parameter it keeps whole, below stage3_param_persistence_threshold, has its
-    data and counts whole)."""
-    partition = getattr(param, "ds_tensor", None)
-    if isinstance(partition, torch.Tensor) and param.numel() == 0:
-        return partition
-    return param
 
 
 def group_size(case: Case, world_size: int) -> int:
@@ -123,14 +113,18 @@ def stage_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
     return problems
 
 
-def sharding_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
+def sharding_problems(case: Case, ctx: RankContext, model: nn.Module, strategy: Any = None) -> list[str]:
     """What is wrong with how the model is spread over the ranks (a collective). A plain
-    module (no wrapper) trains alone on each rank: nothing to check."""
+    module (no wrapper) trains alone on each rank: nothing to check. strategy: the strategy
+    under test, which may say what a rank holds of a parameter (`held`) and over how many ranks
+    one copy is spread (`shard_group_size`) for a layout its framework brings itself."""
     if case.family == "plain":
         return []
-    pieces = [local_tensor(held(p)) for p in model.parameters()]
+    held = getattr(strategy, "held", None)
+    pieces = [local_tensor(held(p) if held else p) for p in model.parameters()]
     local, total = sum(p.numel() for p in pieces), total_elements(case.model)
-    group = group_size(case, ctx.world_size)
+    spread = getattr(strategy, "shard_group_size", None)
+    group = spread(ctx.world_size) if spread else group_size(case, ctx.world_size)
     gathered: list[list[torch.Tensor]] = [[] for _ in range(ctx.world_size)]
     dist.all_gather_object(gathered, pieces)
     counts = [sum(p.numel() for p in rank_pieces) for rank_pieces in gathered]

@@ -75,7 +75,7 @@ def save_phase(ctx: RankContext, spec: SaveSpec) -> dict[str, Any]:
     strategy = strategy_under_test(spec.strategy_factory, case)
     trained = fresh_state(strategy, case, ctx, seed=ctx.seed)
     train_state(trained, ctx, case)
-    problems = sharding_problems(case, ctx, trained.model)
+    problems = sharding_problems(case, ctx, trained.model, strategy)
     observed = sanity_records(problems, ctx.rank)
     expected = _canonical(trained, case, ctx)
     strategy.save(trained, Path(spec.directory), ctx)
@@ -97,7 +97,7 @@ def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
     fresh = load_checkpoint(strategy, case, ctx, path, fresh)
     # The canonical state is rank 0's view: replicas (DDP, NO_SHARD, HSDP groups) that did not
     # all load the same values are caught by the sanity check, run again on the loaded model.
-    insane = sharding_problems(case, ctx, fresh.model)
+    insane = sharding_problems(case, ctx, fresh.model, strategy)
     problems = [f"after the load, {p}" for p in insane]
     observed = sanity_records(insane, ctx.rank, scope="sanity after the load")
     after = _canonical(fresh, case, ctx)

@@ -98,6 +98,12 @@ class Strategy(Protocol):
 
     Optional: `own_training(state, ctx) -> TrainState` for a framework that builds the
     optimizer and the LR scheduler itself (conformance.strategy.owned).
+
+    Optional, for the sanity check of a layout the framework brings itself (Supports.layouts):
+    `held(param) -> Tensor`, what of a parameter this rank holds where the framework keeps it
+    elsewhere than the parameter's data (a partition it released the data to), and
+    `shard_group_size(world_size) -> int`, over how many ranks one copy of the parameters is
+    spread (1: each rank holds them whole).
     """
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module: ...

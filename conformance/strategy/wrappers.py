@@ -32,7 +32,7 @@ def hsdp_mesh(ctx: RankContext, shape: tuple[int, int]):  # type: ignore[no-unty
 
 def shard_group_size(sharding: str, world_size: int, hsdp_shape: tuple[int, int] | None = None) -> int:
     """Over how many ranks one copy of the parameters is spread (1: replicated)."""
-    if sharding in ("replicate", "no_shard", "none", "zero1", "zero2"):  # ZeRO 1-2 keep whole parameters
+    if sharding in ("replicate", "no_shard", "none"):
         return 1
     if sharding in HYBRID:
         return (hsdp_shape or (2, world_size // 2))[1]
