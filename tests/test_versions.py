@@ -51,6 +51,18 @@ def test_a_cell_that_breaks_in_a_version_shows_in_the_history(tmp_path: Path) ->
     assert changed == [
         ["ddp-sd_full-torch_save-adamw-mlp-w2", "pass", "fail", "param/fc1.weight: values differ"]
     ]
+    # HISTORY.md is the summary (cells moved by outcome); index.html has every cell
+    from conformance.report.history import histories
+    from conformance.report.history_page import render_history_markdown, render_index_html
+
+    history = histories(series, [])
+    page = render_history_markdown(history)
+    assert "### 2.12.1 -> 2.13.0: 1 cells changed" in page
+    assert "| pass   | fail |       1 |" in page, page
+    assert "ddp-sd_full-torch_save-adamw-mlp-w2" not in page
+    assert "ddp-sd_full-torch_save-adamw-mlp-w2" in render_index_html(
+        series, history, tmp_path / "index.html"
+    )
 
 
 def test_report_dirs_name_version_hardware_backend_and_profile(tmp_path: Path) -> None:

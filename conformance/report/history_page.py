@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import os
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,8 +28,25 @@ def _md(table: Table) -> str:
     return tabulate(body, headers=headers, tablefmt="github") if body else "(none)"
 
 
+SUMMARY = (
+    "A summary: per series, the tables, how many (strategy row, feature) entries differ between "
+    "versions, per pair of consecutive versions how many cells moved from one outcome to another, "
+    "and the versions each finding was seen in. Every entry and every cell that changed, with the "
+    "first line of why, are on the index page (index.html), which renders what this page would be "
+    "too large to."
+)
+
+
+def _moves(changed: Table) -> Table:
+    """A step's changed cells counted by (old outcome, new outcome), most first."""
+    _, body = changed
+    counts = Counter((str(row[1]), str(row[2])) for row in body)
+    rows = [[old, new, n] for (old, new), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return ["from", "to", "cells"], rows
+
+
 def render_history_markdown(series: Sequence[SeriesHistory]) -> str:
-    lines = ["# Across torch versions", "", INTRO, ""]
+    lines = ["# Across torch versions", "", SUMMARY, ""]
     for s in series:
         versions = ", ".join(t.version for t in s.tables)
         lines += [f"## {s.name}: torch {versions}", ""]
@@ -36,10 +54,16 @@ def render_history_markdown(series: Sequence[SeriesHistory]) -> str:
             f"- torch {t.version} ({t.environment.get('torch')}): {outcome_summary(t.cells)}; `{t.path}`"
             for t in s.tables
         ]
-        lines += ["", f"### Features that differ ({s.stable} entries are the same in every version)", ""]
-        lines += [_md(s.features), ""]
+        differ = len(s.features[1])
+        lines += [
+            "",
+            f"{differ} (strategy row, feature) entries differ between versions, {s.stable} are the same.",
+            "",
+        ]
         for old, new, changed in s.steps:
-            lines += [f"### {old} -> {new}: {len(changed[1])} cells changed", "", _md(changed), ""]
+            lines += [f"### {old} -> {new}: {len(changed[1])} cells changed", ""]
+            if changed[1]:
+                lines += [_md(_moves(changed)), ""]
         lines += ["### Findings by version", "", _md(s.findings), ""]
     return "\n".join(lines)
 
