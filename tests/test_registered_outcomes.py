@@ -76,3 +76,15 @@ def test_a_declared_refusal_is_a_refused_pass_and_undeclared_an_error(pool: Worl
     assert "cannot reshard" in declared.detail, declared.detail
     undeclared = run_case(pool, cell, backend="gloo", timeout_s=120, registered=variants.UNDECLARED)
     assert undeclared.outcome is Outcome.ERROR, undeclared.detail
+
+
+def test_a_damage_declared_without_its_files_is_refused_at_registration() -> None:
+    """missing_shard needs rank_file, missing_metadata needs metadata: declared without them,
+    their cells could only be the harness's errors; the OwnFormat refuses, naming the field."""
+    from conformance.strategy.storage.own import OwnFormat
+
+    with pytest.raises(ValueError, match="rank_file"):
+        OwnFormat("mine", damage=("missing_shard",))
+    with pytest.raises(ValueError, match="metadata"):
+        OwnFormat("mine", damage=("missing_metadata",), rank_file="r{rank}")
+    assert OwnFormat("mine", damage=("missing_shard",), rank_file="r{rank}.pt").rank_file

@@ -39,6 +39,20 @@ class OwnFormat:
     rank_file: str = ""
     metadata: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        """A damage that needs to know which files to delete is declared with them: otherwise
+        its cells could only fail in the harness, never say anything of the strategy."""
+        needs = {
+            "missing_shard": ("rank_file", self.rank_file),
+            "missing_metadata": ("metadata", self.metadata),
+        }
+        for damage, (field_name, value) in needs.items():
+            if damage in self.damage and not value:
+                raise ValueError(
+                    f"OwnFormat {self.name!r} declares the {damage} damage without {field_name}: "
+                    f"name the files it deletes ({field_name}=...) or leave {damage} out of damage"
+                )
+
     def data_files(self, path: Path) -> list[Path]:
         """The files holding its data (all it wrote unless `data` says)."""
         return [p for p in files(path) if fnmatch.fnmatch(p.name, self.data)]
