@@ -20,7 +20,7 @@ def visible_gpus(environ: Mapping[str, str] | None = None) -> list[str]:
 
 def process_group_backend(backend: str) -> str:
     """What a world's ranks give init_process_group for a cell's backend. nccl worlds get a CPU
-    backend beside it, "cpu:gloo,cuda:nccl", as a training script that checkpoints does: DCP's
+    backend beside it, "cpu:gloo,cuda:nccl", as the DCP async-save recipe's script does: DCP's
     async_save refuses a process group without one ("A CPU backend must be enabled for async
     save; try initializing process group with 'cpu:gloo,cuda:nccl'", torch 2.11 on an H200,
     where the dcp_async cells had read as the strategy's error), and torchtitan initialises so
