@@ -37,7 +37,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="set each finding's torch versions in the findings data from these tables",
     )
-    from conformance.versions import crossversion, publish
+    from conformance.versions import crossversion, libraries, publish
+
+    libraries.add_arguments(
+        commands.add_parser(
+            "libraries",
+            help="the pip commands that install the checkpoint libraries beside this torch (--install runs them)",
+            description=libraries.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
 
     crossversion.add_arguments(
         commands.add_parser(
@@ -61,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         return _diff(args.old, args.new)
     if args.command == "publish":
         return publish.publish(args)
+    if args.command == "libraries":
+        return libraries.main(args)
     if args.command == "crossversion":
         return crossversion.crossversion(args)
     if args.command == "history":

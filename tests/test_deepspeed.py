@@ -19,8 +19,7 @@ from tests import broken_deepspeed
 
 needs_deepspeed = pytest.mark.skipif(
     not installed_op(),
-    reason="deepspeed is not installed with its shared-memory op (README: DS_BUILD_SHM_COMM=1 pip install "
-    "--no-cache-dir --no-build-isolation deepspeed==0.19.8)",
+    reason="deepspeed is not installed with its shared-memory op (python -m conformance libraries --install)",
 )
 
 

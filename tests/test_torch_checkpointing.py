@@ -1,4 +1,4 @@
-"""The torch-checkpointing adapter as a user runs it (pip install -e '.[libraries]'): the row
+"""The torch-checkpointing adapter as a user runs it (python -m conformance libraries --install): the row
 round-trips and resumes; a save that captures the step after the call and a load that leaves
 the optimizer out are caught; its two witness cells show the library's CPU and filesystem
 limits (findings torch-checkpointing-reshard-needs-cuda, torch-checkpointing-direct-io-ext4)."""
@@ -22,7 +22,7 @@ from tests import broken_libraries
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("torch_checkpointing") is None,
-    reason="torch_checkpointing is not installed (pip install -e '.[libraries]')",
+    reason="torch_checkpointing is not installed (python -m conformance libraries --install)",
 )
 
 CELL = "torch_checkpointing-fsdp2-sharded-torch_checkpointing-adamw-mlp-w2"

@@ -20,7 +20,7 @@ from tests import broken_libraries
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("torchtitan") is None,
-    reason="torchtitan is not installed (README: pip install --no-deps torchtitan==0.3.0 spmd_types==0.2.3)",
+    reason="torchtitan is not installed (python -m conformance libraries --install)",
 )
 
 ROUNDTRIP = "torchtitan-fsdp2-sharded-torchtitan-adamw-mlp-w2"

@@ -30,7 +30,8 @@ On the CPU, DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu, set here when the w
 GPU) runs its collectives on the world's gloo group. Its communication backend loads a
 shared-memory op it otherwise compiles at the first `initialize` (minutes on a busy host, behind
 a file lock a killed compile leaves behind): install it prebuilt, `DS_BUILD_SHM_COMM=1 pip
-install --no-cache-dir --no-build-isolation deepspeed==0.19.8` (README); without it the cells
+install --no-cache-dir --no-build-isolation deepspeed==0.19.8`, as `python -m conformance
+libraries --install` does; without it the cells
 are skips that say so.
 """
 

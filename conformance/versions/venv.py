@@ -22,37 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from conformance.strategy.registry import ENTRY_POINT_GROUP
+from conformance.versions.libraries import LIBRARY_PACKAGES, beside, built_libraries, libraries_for
 
 SUITE_PACKAGES = ("numpy", "pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "tabulate>=0.9")
 ADAPTER_PACKAGES = ("lightning>=2.4", "accelerate>=1.0", "safetensors")
 
 
-@dataclass(frozen=True)
-class Library:
-    """A checkpoint library the adapters test: its requirement, the oldest torch it installs
-    beside (an older venv goes without it: its rows are skips that name it), and whether it
-    installs without its own requirements (what its checkpoint code imports is listed too).
-    build_env: for one that compiles against the venv's torch, the variables its build reads:
-    it is built from source with them, without build isolation (an isolated build would pull
-    another torch) and without pip's cache (a wheel built against another venv's torch)."""
-
-    requirement: str
-    oldest_torch: tuple[int, int]
-    no_deps: bool = False
-    build_env: tuple[tuple[str, str], ...] = ()
-
-
-# the `libraries` extra, and torchtitan as the README installs it: its own requirements pull
-# datasets, tensorboard, wandb, torchdata and more; its checkpointer and optimizer containers
-# import torch, tyro and spmd_types only (tried with torch 2.13 and 2.15)
-LIBRARY_PACKAGES: dict[str, Library] = {
-    "torch-checkpointing": Library("torch_checkpointing>=0.1.1", (2, 11)),
-    "tyro": Library("tyro>=0.9", (2, 13)),
-    "torchtitan": Library("torchtitan==0.3.0", (2, 13), no_deps=True),
-    "spmd-types": Library("spmd_types==0.2.3", (2, 13), no_deps=True),  # torchtitan 0.3.0 pins it
-    # its CPU backend's shared-memory op prebuilt (conformance/adapters/deepspeed.py)
-    "deepspeed": Library("deepspeed==0.19.8", (2, 13), build_env=(("DS_BUILD_SHM_COMM", "1"),)),
-}
 READY = ".conformance-ready.json"  # written last: a venv without it is half made and made again
 
 
@@ -168,22 +143,6 @@ def _torch(held: dict[str, str]) -> str:
     return held.get("torch", "").split("+")[0]
 
 
-def libraries_for(version: str, *, no_deps: bool = False) -> list[str]:
-    """The requirements of the checkpoint libraries that install beside torch `version`: those
-    installed with their requirements, or (no_deps) those installed without."""
-    return [lib.requirement for lib in _beside(version) if lib.no_deps == no_deps and not lib.build_env]
-
-
-def built_libraries(version: str) -> list[Library]:
-    """The checkpoint libraries beside torch `version` that are built against it (build_env)."""
-    return [lib for lib in _beside(version) if lib.build_env]
-
-
-def _beside(version: str) -> list[Library]:
-    major_minor = tuple(int(part) for part in version.split(".")[:2])
-    return [lib for lib in LIBRARY_PACKAGES.values() if major_minor >= lib.oldest_torch]
-
-
 def checkout_strategies(checkout: Path) -> list[str]:
     """The strategies the checkout's pyproject.toml registers through entry points."""
     import tomllib
@@ -208,7 +167,7 @@ def _missing(venv: TorchVenv, held: dict[str, str], adapters: bool, checkout: Pa
         if new:
             return f"the checkout registers strategies the venv does not ({', '.join(new)})"
     names = {name.replace("_", "-").replace(".", "-") for name in held}  # as PEP 503 normalizes them
-    wanted = [lib.requirement for lib in _beside(venv.version)]
+    wanted = [lib.requirement for lib in beside(venv.version)]
     lacking = [
         dist for dist, lib in LIBRARY_PACKAGES.items() if lib.requirement in wanted and dist not in names
     ]

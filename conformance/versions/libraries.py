@@ -1,0 +1,98 @@
+"""Each checkpoint library the adapters test, pinned in one place: its requirement, the oldest
+torch it installs beside, whether it goes without its own requirements, and how it is built.
+
+`python -m conformance libraries` prints the pip commands that install them beside this
+python's torch; `--install` runs them. The README, `.ci/run` and every publish venv
+(conformance.versions.venv) install from here, so a pin changes in this file alone."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Library:
+    """A checkpoint library the adapters test: its requirement, the oldest torch it installs
+    beside (an older venv goes without it: its rows are skips that name it), and whether it
+    installs without its own requirements (what its checkpoint code imports is listed too).
+    build_env: for one that compiles against the venv's torch, the variables its build reads:
+    it is built from source with them, without build isolation (an isolated build would pull
+    another torch) and without pip's cache (a wheel built against another venv's torch)."""
+
+    requirement: str
+    oldest_torch: tuple[int, int]
+    no_deps: bool = False
+    build_env: tuple[tuple[str, str], ...] = ()
+
+
+# torchtitan without its own requirements: they pull datasets, tensorboard, wandb, torchdata and
+# more; its checkpointer and optimizer containers import torch, tyro and spmd_types only (tried
+# with torch 2.13 and 2.15)
+LIBRARY_PACKAGES: dict[str, Library] = {
+    "torch-checkpointing": Library("torch_checkpointing==0.1.1", (2, 11)),
+    "tyro": Library("tyro>=0.9", (2, 13)),
+    "torchtitan": Library("torchtitan==0.3.0", (2, 13), no_deps=True),
+    "spmd-types": Library("spmd_types==0.2.3", (2, 13), no_deps=True),  # torchtitan 0.3.0 pins it
+    # its CPU backend's shared-memory op prebuilt (conformance/adapters/deepspeed.py)
+    "deepspeed": Library("deepspeed==0.19.8", (2, 13), build_env=(("DS_BUILD_SHM_COMM", "1"),)),
+}
+
+
+def beside(version: str) -> list[Library]:
+    """The libraries that install beside torch `version` (2.13.0, 2.13.0+cpu)."""
+    major_minor = tuple(int(part) for part in version.split("+")[0].split(".")[:2])
+    return [lib for lib in LIBRARY_PACKAGES.values() if major_minor >= lib.oldest_torch]
+
+
+def libraries_for(version: str, *, no_deps: bool = False) -> list[str]:
+    """The requirements of the checkpoint libraries that install beside torch `version`: those
+    installed with their requirements, or (no_deps) those installed without."""
+    return [lib.requirement for lib in beside(version) if lib.no_deps == no_deps and not lib.build_env]
+
+
+def built_libraries(version: str) -> list[Library]:
+    """The checkpoint libraries beside torch `version` that are built against it (build_env)."""
+    return [lib for lib in beside(version) if lib.build_env]
+
+
+def install_commands(version: str, python: str) -> list[tuple[list[str], dict[str, str]]]:
+    """The pip commands (argv, extra environment) that install the libraries beside torch
+    `version` into `python`'s environment, in order."""
+    pip = [python, "-m", "pip", "install"]
+    out: list[tuple[list[str], dict[str, str]]] = []
+    if libraries_for(version):
+        out.append(([*pip, *libraries_for(version)], {}))
+    if libraries_for(version, no_deps=True):
+        out.append(([*pip, "--no-deps", *libraries_for(version, no_deps=True)], {}))
+    for lib in built_libraries(version):
+        out.append(([*pip, "--no-cache-dir", "--no-build-isolation", lib.requirement], dict(lib.build_env)))
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--install", action="store_true", help="run the commands (default: print them)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Print (or with --install, run) the commands for this python's torch; exit 1 on a failed
+    install, naming the command."""
+    import torch
+
+    version = torch.__version__
+    commands = install_commands(version, sys.executable)
+    if not commands:
+        print(f"no checkpoint library installs beside torch {version}")
+    for argv, env in commands:
+        shown = " ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(argv)])
+        print(shown, flush=True)
+        if args.install:
+            code = subprocess.run(argv, env={**os.environ, **env}).returncode
+            if code:
+                print(f"failed (exit {code}): {shown}", file=sys.stderr)
+                return 1
+    return 0
