@@ -43,8 +43,8 @@ class ForeignMesh:
 @dataclass(frozen=True)
 class Difference:
     """One difference: the key path, its kind (missing, unexpected, values, dtype, shape, type,
-    length, value, or mesh: a DTensor left on a mesh that is not of this world), the message a person reads, and for values how many elements differ and
-    the first differing index."""
+    length, value, or mesh: a DTensor left on a mesh that is not of this world), the message a
+    person reads, and for values how many elements differ and the first differing index."""
 
     key: str
     message: str

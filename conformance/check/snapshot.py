@@ -46,29 +46,30 @@ def _is_dtensor(t: Any) -> bool:
     return type(t).__name__ == "DTensor"
 
 
+def _misfit(mesh: Any, world_size: int) -> str:
+    """What of a device mesh does not fit this world ("" when it fits): ranks the world lacks,
+    or a dimension whose process group is not of the mesh's size here."""
+    outside = sorted(r for r in mesh.mesh.reshape(-1).tolist() if r >= world_size)
+    if outside:
+        return f"ranks {outside} are not in it"
+    for d in range(mesh.ndim):
+        try:
+            size = dist.get_world_size(mesh.get_group(d))
+        except Exception as exc:  # a mesh without this world's groups
+            return f"its process groups are not this world's: {type(exc).__name__}"
+        if size != mesh.size(d):
+            return f"dimension {d} spans {mesh.size(d)} ranks, its process group {size}"
+    return ""
+
+
 def foreign_mesh(t: Any, world_size: int) -> ForeignMesh | None:
     """A marker for a DTensor whose device mesh is not of this world (None when it is): a load
     that left state on the saving world's mesh (torch.load of DTensors saved at another world
     size rebuilds their mesh as it was). Its full_tensor() would raise or gather over the wrong
     ranks, so the snapshot never calls it: the comparer reports the marker (kind `mesh`). Asked
     of this rank alone: no collective."""
-    mesh = t.device_mesh
-    ranks = mesh.mesh.reshape(-1).tolist()
-    why = ""
-    if max(ranks) >= world_size:
-        why = f"ranks {sorted(r for r in ranks if r >= world_size)} are not in it"
-    else:
-        try:
-            sizes = [dist.get_world_size(mesh.get_group(d)) for d in range(mesh.ndim)]
-        except Exception as exc:  # a mesh without this world's groups
-            sizes, why = [], f"its process groups are not this world's: {type(exc).__name__}"
-        wrong = [(d, n) for d, n in enumerate(sizes) if n != mesh.size(d)]
-        if wrong and not why:
-            d, n = wrong[0]
-            why = f"dimension {d} spans {mesh.size(d)} ranks, its process group {n}"
-    if not why:
-        return None
-    return ForeignMesh(str(mesh), world_size, t.dtype, tuple(t.shape), why)
+    why = _misfit(t.device_mesh, world_size)
+    return ForeignMesh(str(t.device_mesh), world_size, t.dtype, tuple(t.shape), why) if why else None
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:

@@ -221,11 +221,9 @@ def storage_refusals(storage: Any) -> tuple[Rule, ...]:
     )
 
 
-def refusal_reason(transfer: Transfer, storage: Any = None) -> str | None:
+def refusal_reason(transfer: Transfer, storage: Any) -> str | None:
     """Why the transfer's load must raise, or None. storage: the object that wrote the saving
-    side's checkpoint (a registered strategy's own); by default the built-in storage of its name."""
-    if storage is None:
-        storage = STORAGE_OBJECTS.get(transfer.save.storage)
+    side's checkpoint (a built-in storage, or a registered strategy's own)."""
     return first_reason(REFUSALS + storage_refusals(storage), transfer)
 
 
