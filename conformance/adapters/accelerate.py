@@ -17,7 +17,7 @@ the accelerator branch, `accelerate launch` refuses --cpu with --use_fsdp ("You 
 of --cpu, ... --use_fsdp at a time"), and Accelerate's own FSDP tests require a non-CPU device
 (@require_non_cpu). Forcing it means writing its private singleton state, which no user is told
 to do.
-So on gloo its cells are skips that say so (`cpu_skip`), but one witness cell, which shows the
+So on gloo its cells are skips that say so (`backend_skip`), but one witness cell, which shows the
 fallback. On a GPU (nccl) the adapter itself is not ready (GPU_REASON): its cells skip saying so.
 """
 
@@ -118,23 +118,19 @@ CPU_REASON = (
 
 
 # What the first run on a GPU showed (one H200, torch 2.11.0+cu130, accelerate 1.15.0,
-# docs/versions.md): the adapter, not Accelerate, is wrong there. It prepares the model alone in
-# `wrap`, before the harness builds the optimizer, and resets Accelerate's private singleton
-# state first; Accelerate's FSDP2 refuses that ("FSDP2 preparation should be done via
-# `accelerate.prepare()`, as it requires a model and an optimizer", as its FSDP2 guide says) and
-# its FSDP1 path raised AttributeError: 'AcceleratorState' object has no attribute 'is_fsdp2'.
+# docs/versions.md): the adapter prepares the model alone in `wrap`, before the harness builds
+# the optimizer, after resetting Accelerate's private singleton state.
 GPU_REASON = (
-    "the adapter cannot run Accelerate's FSDP on a GPU yet: it prepares the model alone before the "
-    "optimizer exists (prepare_model), which Accelerate's FSDP2 refuses by design (model and optimizer "
-    "go through one accelerator.prepare call) and on which its FSDP1 path raised AttributeError "
-    "'is_fsdp2' (H200, torch 2.11.0, accelerate 1.15.0): a fault of this suite's adapter, not a result "
-    "of Accelerate. FSDP2 needs model and optimizer in one prepare call (accelerate PR 3394); for FSDP1, "
-    "preparing the model first is Accelerate's documented order, so the adapter's reset of Accelerate's "
-    "private singleton state is the suspect there, not yet looked into on a GPU"
+    "the adapter cannot run Accelerate's FSDP on a GPU yet (H200, torch 2.11.0, accelerate 1.15.0): it "
+    "prepares the model alone before the optimizer exists (prepare_model), which Accelerate's FSDP2 "
+    "refuses by design (model and optimizer go through one prepare call, accelerate PR 3394); on its "
+    "FSDP1 path, where model first is Accelerate's documented order, it raised AttributeError "
+    "'is_fsdp2', and the adapter's reset of Accelerate's private singleton state is the suspect, not "
+    "yet looked into on a GPU: a fault of this suite's adapter until shown to be Accelerate's"
 )
 
 
-def cpu_skip(cell: Case | Transfer, backend: str) -> str | None:
+def backend_skip(cell: Case | Transfer, backend: str) -> str | None:
     """On gloo (the CPU) every cell but the witness is a skip saying why; on nccl every cell, the
     adapter's own fault (GPU_REASON)."""
     if backend == "nccl":
@@ -162,5 +158,5 @@ ACCELERATE_FSDP = RegisteredStrategy(
     requires=("accelerate",),
     description="accelerate.Accelerator(fsdp_plugin=...) save_state / load_state; on the CPU Accelerate "
     f"prepares DDP instead, so its cells there are skips but one ({CPU_WITNESS}), which shows that",
-    skips_on=cpu_skip,
+    skips_on=backend_skip,
 )
