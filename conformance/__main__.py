@@ -39,41 +39,38 @@ def main(argv: list[str] | None = None) -> int:
     )
     from conformance.versions import crossversion, libraries, publish
 
-    libraries.add_arguments(
-        commands.add_parser(
-            "libraries",
-            help="the pip commands that install the checkpoint libraries beside this torch (--install runs them)",
-            description=libraries.__doc__,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+    # the commands that live in a module of their own: (module, its run function, help)
+    modules = {
+        "libraries": (
+            libraries,
+            libraries.main,
+            "the pip commands that install the checkpoint libraries beside this torch (--install runs them)",
+        ),
+        "crossversion": (
+            crossversion,
+            crossversion.crossversion,
+            "save with one torch version, load with another: the grid under reports/crossversion/",
+        ),
+        "publish": (
+            publish,
+            publish.publish,
+            "run the matrix in a torch version's cached venv and publish its table under reports/",
+        ),
+    }
+    for name, (module, _, help_text) in modules.items():
+        module.add_arguments(
+            commands.add_parser(
+                name,
+                help=help_text,
+                description=module.__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
         )
-    )
-
-    crossversion.add_arguments(
-        commands.add_parser(
-            "crossversion",
-            help="save with one torch version, load with another: the grid under reports/crossversion/",
-            description=crossversion.__doc__,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-    )
-
-    publish.add_arguments(
-        commands.add_parser(
-            "publish",
-            help="run the matrix in a torch version's cached venv and publish its table under reports/",
-            description=publish.__doc__,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-    )
     args = parser.parse_args(argv)
     if args.command == "diff":
         return _diff(args.old, args.new)
-    if args.command == "publish":
-        return publish.publish(args)
-    if args.command == "libraries":
-        return libraries.main(args)
-    if args.command == "crossversion":
-        return crossversion.crossversion(args)
+    if args.command in modules:
+        return modules[args.command][1](args)
     if args.command == "history":
         return _history(args.results, args.output, args.index, args.findings, args.update_findings)
     try:
