@@ -60,18 +60,24 @@ def built_libraries(version: str) -> list[Library]:
     return [lib for lib in beside(version) if lib.build_env]
 
 
+def pip_groups(version: str) -> list[tuple[list[str], dict[str, str]]]:
+    """How the libraries beside torch `version` go to pip, in order: (pip install's arguments,
+    the extra environment of that install). Those with their requirements in one install, those
+    without them in another, each built one alone with its build variables."""
+    out: list[tuple[list[str], dict[str, str]]] = []
+    if libraries_for(version):
+        out.append((libraries_for(version), {}))
+    if libraries_for(version, no_deps=True):
+        out.append((["--no-deps", *libraries_for(version, no_deps=True)], {}))
+    for lib in built_libraries(version):
+        out.append((["--no-cache-dir", "--no-build-isolation", lib.requirement], dict(lib.build_env)))
+    return out
+
+
 def install_commands(version: str, python: str) -> list[tuple[list[str], dict[str, str]]]:
     """The pip commands (argv, extra environment) that install the libraries beside torch
     `version` into `python`'s environment, in order."""
-    pip = [python, "-m", "pip", "install"]
-    out: list[tuple[list[str], dict[str, str]]] = []
-    if libraries_for(version):
-        out.append(([*pip, *libraries_for(version)], {}))
-    if libraries_for(version, no_deps=True):
-        out.append(([*pip, "--no-deps", *libraries_for(version, no_deps=True)], {}))
-    for lib in built_libraries(version):
-        out.append(([*pip, "--no-cache-dir", "--no-build-isolation", lib.requirement], dict(lib.build_env)))
-    return out
+    return [([python, "-m", "pip", "install", *args], env) for args, env in pip_groups(version)]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

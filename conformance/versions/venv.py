@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.strategy.registry import ENTRY_POINT_GROUP
-from conformance.versions.libraries import LIBRARY_PACKAGES, beside, built_libraries, libraries_for
+from conformance.versions.libraries import LIBRARY_PACKAGES, beside, pip_groups
 
 SUITE_PACKAGES = ("numpy", "pytest>=7.4", "pytest-xdist>=3.3", "hypothesis>=6.80", "tabulate>=0.9")
 ADAPTER_PACKAGES = ("lightning>=2.4", "accelerate>=1.0", "safetensors")
@@ -201,13 +201,10 @@ def ensure(venv: TorchVenv, checkout: Path, *, adapters: bool = True, say: Say =
         _pip(venv, ["-q", "--upgrade", "pip"], say)
         _install(venv, [f"torch=={venv.version}"], say)
     # torch pinned again, so that nothing installed after it moves it
-    frameworks = [*ADAPTER_PACKAGES, *libraries_for(venv.version)] if adapters else []
+    frameworks = list(ADAPTER_PACKAGES) if adapters else []
     _install(venv, [*SUITE_PACKAGES, *frameworks, f"torch=={venv.version}"], say)
-    if adapters and libraries_for(venv.version, no_deps=True):
-        _install(venv, ["--no-deps", *libraries_for(venv.version, no_deps=True)], say)
-    for lib in built_libraries(venv.version) if adapters else ():
-        build = ["--no-build-isolation", "--no-cache-dir", lib.requirement, f"torch=={venv.version}"]
-        _install(venv, build, say, env=dict(lib.build_env))
+    for args, env in pip_groups(venv.version) if adapters else ():
+        _install(venv, [*args, f"torch=={venv.version}"], say, env=env)
     _install(venv, ["--no-deps", "-e", str(checkout)], say)
     held = installed(venv)
     missing = _missing(venv, held, adapters, checkout)
