@@ -200,7 +200,9 @@ class NonPersistentBuffer(UnevenMLP):
         self.register_buffer("scale", torch.linspace(0.5, 1.5, 13), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x * self.scale)
+        # in the input's dtype: under FSDP1 mixed precision only the root's inputs are cast, and
+        # an fp32 buffer would turn them back into fp32 before the bf16 inner units
+        return super().forward(x * self.scale.to(x.dtype))
 
 
 class ReshapedMLP(UnevenMLP):
