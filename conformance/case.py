@@ -92,35 +92,9 @@ class Case:
             raise ValueError(f"mesh {self.mesh!r}: give 2 or 3 sizes, e.g. 2x2 or 2x1x2")
 
     @property
-    def hsdp_shape(self) -> tuple[int, int]:
-        """HSDP's (replicate, shard) mesh: the mesh axis, or (2, world_size / 2) by default."""
-        if self.mesh:
-            replicate, shard = (int(d) for d in self.mesh.split("x")[:2])
-            return replicate, shard
-        return 2, self.world_size // 2
-
-    @property
-    def mesh_shape(self) -> tuple[int, ...]:
-        """The device mesh: the mesh axis's sizes, else HSDP's default, else all ranks in one."""
-        if self.mesh:
-            return tuple(int(d) for d in self.mesh.split("x"))
-        return (
-            self.hsdp_shape
-            if self.sharding in ("hsdp", "hybrid_shard", "hybrid_shard_zero2")
-            else (self.world_size,)
-        )
-
-    def data_rank(self, rank: int) -> int:
-        """Which data-parallel replica's batches a rank trains on: every rank of one
-        tensor-parallel group, and every stage of one pipeline, the same ones; pipelines
-        with FSDP inside their stages (a (stages, dp) mesh) each their own."""
-        if self.family == "pp" and self.mesh:
-            return rank % self.mesh_shape[-1]
-        if self.family in ("tp", "pp"):
-            return 0
-        if self.sharding in ("tp", "hsdp_tp"):
-            return rank // self.mesh_shape[-1]
-        return rank
+    def mesh_sizes(self) -> tuple[int, ...]:
+        """The mesh axis's sizes, () without one (the layout's default mesh: conformance.layout)."""
+        return tuple(int(d) for d in self.mesh.split("x")) if self.mesh else ()
 
     @property
     def kind(self) -> str:
@@ -193,10 +167,6 @@ class Transfer:
     @property
     def world_size(self) -> int:
         return self.save.world_size
-
-    def data_rank(self, rank: int) -> int:
-        """The saving configuration's (Case.data_rank)."""
-        return self.save.data_rank(rank)
 
     @property
     def kind(self) -> str:

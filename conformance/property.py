@@ -20,10 +20,10 @@ from typing import Any
 
 from conformance.case import Case, Transfer, repro_command
 from conformance.check.roundtrip import StrategyFactory
-from conformance.check.slices import tp_meshes
 from conformance.generated import model_specs, schedules, tp_model_specs
+from conformance.layout.builtin import builtin_strategy
+from conformance.layout.registry import layout_of
 from conformance.outcome import FAILING, RERUN_NOTE, CellResult, Outcome
-from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.registry import Registry
 from conformance.strategy.storage import STORAGES
 
@@ -48,11 +48,9 @@ class Property:
         whose plan suits the degree): every (dp, tp) mesh of FSDP2 + TP; TP alone over every
         rank. () for any other base."""
         base = self.base
-        if isinstance(base, Transfer) or base.sharding != "tp":
+        if isinstance(base, Transfer):
             return ()
-        if base.family == "tp":
-            return (("", base.world_size),)
-        return tuple((m, int(m.split("x")[-1])) for m in tp_meshes(base.world_size))
+        return layout_of(base).tp_degrees(base.world_size)
 
     @property
     def id(self) -> str:
@@ -122,7 +120,7 @@ def properties(profile: str, registry: Registry | None = None) -> list[Property]
             if isinstance(cell, Transfer):
                 save = cell.save
                 if (
-                    save.family == "ddp"
+                    not layout_of(save).property_reshards
                     or transfer_unsupported_reason(cell)
                     or {save.world_size, cell.load.world_size} != {1, 2}
                 ):

@@ -13,10 +13,11 @@ from conformance.case import Case, Transfer
 from conformance.check.base import StrategyFactory, Under
 from conformance.check.phases import Phases
 from conformance.check.registry import CHECKS
+from conformance.layout.builtin import builtin_strategy
+from conformance.layout.registry import layout_of
 from conformance.matrix import refusal_reason, transfer_unsupported_reason, unsupported_reason
 from conformance.observed import Observed, from_detail
 from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome
-from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.registry import RegisteredStrategy
 from conformance.strategy.storage import STORAGES
 from conformance.world import CellPool
@@ -56,27 +57,12 @@ def cell_backend(choice: str, cell: Cell, gpus: int) -> str:
     return "nccl" if gpus and max(world_sizes(cell)) <= gpus else "gloo"
 
 
-# API tokens that need the module on a GPU while wrapping: FSDP1's sync_module_states=True
-# raises "The module has CPU parameters or buffers when `sync_module_states=True`, which
-# requires them to be on GPU" for CPU modules (torch 2.13).
-GPU_ONLY_APIS = {"legacy_full_rank0_init": "FSDP1 sync_module_states=True refuses CPU modules"}
-
-
-# Wrappers that need an accelerator: FSDP2's CPUOffloadPolicy moves parameters to the device
-# for compute and raises "Cannot access accelerator device when none is available" without
-# one (torch 2.13, fully_shard with offload_policy=CPUOffloadPolicy() on a CPU-only machine).
-GPU_ONLY_WRAPPERS = {
-    "fsdp2+offload": "FSDP2's CPUOffloadPolicy needs an accelerator to compute on: 'Cannot access "
-    "accelerator device when none is available'"
-}
-
-
 def environment_skip(case: Case, backend: str) -> str | None:
     """Why this cell cannot run here, or None."""
-    if backend == "gloo" and case.api in GPU_ONLY_APIS:
-        return f"needs a GPU (nccl): {GPU_ONLY_APIS[case.api]}"
-    if backend == "gloo" and case.wrapper in GPU_ONLY_WRAPPERS:
-        return f"needs a GPU (nccl): {GPU_ONLY_WRAPPERS[case.wrapper]}"
+    layout = layout_of(case)
+    needs = layout.needs_accelerator or getattr(layout.apis.get(case.api), "needs_accelerator", "")
+    if backend == "gloo" and needs:
+        return f"needs a GPU (nccl): {needs}"
     if backend == "nccl":
         visible = len(visible_gpus())
         if visible < case.world_size:

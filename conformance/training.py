@@ -16,6 +16,7 @@ from torch import nn
 
 from conformance.case import Case
 from conformance.generated import ScheduleSpec, is_generated_optimizer
+from conformance.layout.registry import layout_of
 from conformance.models import has_idle_parameters, model_class
 from conformance.world import RankContext
 from conformance.world.attribution import code_under_test
@@ -100,11 +101,11 @@ def train(
     """A few steps on per-replica batches; returns the per-step losses. The batch of a step
     depends on (cell seed, data-parallel rank, step) only: a resumed run from `start_step`
     sees the same data as the run it resumes, and the ranks of one tensor-parallel group or
-    one pipeline see the same batches, as they must (Case.data_rank). engine: a framework's
+    one pipeline see the same batches, as they must (Layout.data_rank). engine: a framework's
     engine that owns the step (TrainState.engine): `engine(x)`, `engine.backward(loss)`,
     `engine.step()` as its documentation trains, instead of the model and the optimizer."""
     cls = model_class(case.model)
-    data_rank = case.data_rank(ctx.rank)
+    data_rank = layout_of(case).data_rank(case, ctx.rank)
     losses = []
     for step in range(start_step, start_step + steps):
         gen = torch.Generator().manual_seed(ctx.seed * 1_000_003 + data_rank * 1009 + step)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from conformance.case import Case
-from conformance.strategy.builtin import builtin_strategy
+from conformance.layout.builtin import builtin_strategy
 from conformance.strategy.protocol import Strategy, TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.strategy.wrappers import Fsdp1Wrapper, unwrap

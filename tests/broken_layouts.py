@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.case import Case
-from conformance.strategy.builtin import builtin_strategy
+from conformance.layout.builtin import builtin_strategy
 from conformance.strategy.protocol import Strategy
 from conformance.strategy.wrappers import Fsdp2Wrapper
 from tests.broken import Delegating

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from conformance.case import Case
-from conformance.strategy.builtin import WRAPPERS
+from conformance.layout.registry import layout_of
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.strategy.storage.own import OwnFormat
@@ -35,7 +35,7 @@ class TorchSavesTheOptimizer:
     case: Case
 
     def wrap(self, model: torch.nn.Module, ctx: RankContext) -> torch.nn.Module:
-        return WRAPPERS[self.case.wrapper](self.case).wrap(model, ctx)
+        return layout_of(self.case).build(self.case).wrap(model, ctx)
 
     def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         path.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conformance.case import Case
+from conformance.layout.registry import layout_of
 from conformance.matrix import PROFILES, cases, unsupported_reason
 
 
@@ -150,6 +151,10 @@ def test_hsdp_has_every_mesh_a_world_holds_and_ids_name_all_but_the_default() ->
     meshes = {(c.world_size, c.mesh) for c in hsdp if c.optimizer == "adamw" and c.model == "mlp"}
     assert meshes == {(1, ""), (2, "2x1"), (2, "1x2"), (4, ""), (4, "1x4"), (4, "4x1")}
     by_id = {c.id: c for c in hsdp}
-    assert by_id["fsdp2_hsdp-dsd_sharded-dcp-adamw-mlp-w4"].hsdp_shape == (2, 2)
-    assert by_id["fsdp2_hsdp-dsd_sharded-dcp-adamw-mlp-w4-mesh1x4"].hsdp_shape == (1, 4)
-    assert by_id["fsdp2_hsdp-dsd_sharded-dcp-adamw-mlp-w2-mesh2x1"].hsdp_shape == (2, 1)
+
+    def mesh_of(cell_id: str) -> tuple[int, ...]:
+        return layout_of(by_id[cell_id]).mesh_shape(by_id[cell_id])
+
+    assert mesh_of("fsdp2_hsdp-dsd_sharded-dcp-adamw-mlp-w4") == (2, 2)
+    assert mesh_of("fsdp2_hsdp-dsd_sharded-dcp-adamw-mlp-w4-mesh1x4") == (1, 4)
+    assert mesh_of("fsdp2_hsdp-dsd_sharded-dcp-adamw-mlp-w2-mesh2x1") == (2, 1)

@@ -14,10 +14,10 @@ import pytest
 from conformance.baseline import judge, load_baseline, render_baseline
 from conformance.case import Case
 from conformance.findings import load_findings
+from conformance.layout.builtin import builtin_strategy
 from conformance.outcome import CellResult, Outcome
 from conformance.report.impact import judge_cells
 from conformance.runner import run_case
-from conformance.strategy.builtin import builtin_strategy
 from conformance.world import WorldPool
 from tests import broken
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from conformance.case import Case, Transfer
+from conformance.layout.builtin import builtin_strategy
 from conformance.outcome import Outcome
 from conformance.runner import run_case
-from conformance.strategy.builtin import builtin_strategy
 from conformance.world import WorldPool
 from tests import broken_layouts
 

@@ -8,12 +8,12 @@ from hypothesis import Phase, settings
 
 from conformance.case import Case
 from conformance.generated import ModelSpec, ScheduleSpec
+from conformance.layout.builtin import builtin_strategy
 from conformance.matrix import cells
 from conformance.outcome import Outcome
 from conformance.property import Property, properties, run_property
 from conformance.repro import find_cell
 from conformance.runner import run_case
-from conformance.strategy.builtin import builtin_strategy
 from conformance.world import WorldPool
 from tests import broken
 

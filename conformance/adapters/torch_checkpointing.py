@@ -42,7 +42,7 @@ from torch import nn
 
 from conformance.adapters import ADAPTER_MODELS
 from conformance.case import Case, Transfer
-from conformance.strategy.builtin import WRAPPERS
+from conformance.layout.registry import layout_of
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.strategy.storage.dcp_async import tensors_in
@@ -65,7 +65,7 @@ class TorchCheckpointing:
     direct_io: bool | None = False
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
-        return WRAPPERS[self.case.wrapper](self.case).wrap(model, ctx)
+        return layout_of(self.case).build(self.case).wrap(model, ctx)
 
     def manager(self, saving: bool = True) -> Any:
         """The manager a training script builds; a load's (after a restart) the same with the

@@ -44,7 +44,7 @@ from torch import nn
 
 from conformance.adapters import ADAPTER_MODELS
 from conformance.case import Case
-from conformance.strategy.builtin import WRAPPERS
+from conformance.layout.registry import layout_of
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.strategy.storage.dcp_async import tensors_in
@@ -107,7 +107,7 @@ class Torchtitan:
     async_mode: str = "disabled"
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
-        return WRAPPERS[self.case.wrapper](self.case).wrap(model, ctx)
+        return layout_of(self.case).build(self.case).wrap(model, ctx)
 
     def own_training(self, state: TrainState, ctx: RankContext) -> TrainState:
         from torchtitan.components.optimizer import LRSchedulersContainer, OptimizersContainer

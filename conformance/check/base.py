@@ -18,8 +18,8 @@ from typing import Any, Protocol
 from conformance.case import Case, Transfer
 from conformance.check.phases import Phases
 from conformance.check.slices import PairParts, Parts
+from conformance.layout.builtin import builtin_strategy
 from conformance.outcome import Outcome
-from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.protocol import Strategy
 from conformance.strategy.registry import STRATEGY_KINDS, RegisteredStrategy, own_layouts
 from conformance.strategy.storage import STORAGES, Storage

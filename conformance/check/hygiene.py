@@ -29,10 +29,10 @@ from conformance.check.roundtrip import StrategyFactory, limit_lines
 from conformance.check.slices import LAYOUT_WRAPPERS, MAIN_WRAPPERS, MODELS, PP_FSDP_WRAPPERS, Slice
 from conformance.check.snapshot import Snapshot
 from conformance.check.transfer import SaveSpec, save_phase
+from conformance.layout.builtin import builtin_strategy
 from conformance.models import build_model
 from conformance.observed import verdict
 from conformance.outcome import Outcome
-from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.under_test import strategy_under_test
 from conformance.world import RankContext
 

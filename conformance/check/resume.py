@@ -32,9 +32,9 @@ from conformance.check.roundtrip import (
 )
 from conformance.check.slices import LAYOUT_WRAPPERS, MAIN_APIS, MAIN_WRAPPERS, PP_FSDP_WRAPPERS, Slice
 from conformance.check.snapshot import count_elements, full_state, local_state
+from conformance.layout.builtin import builtin_strategy
 from conformance.observed import Observed
 from conformance.outcome import Outcome
-from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.under_test import strategy_under_test
 from conformance.training import TRAIN_STEPS, train_state, train_steps
 from conformance.world import RankContext

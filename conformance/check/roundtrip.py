@@ -46,10 +46,11 @@ from conformance.check.roundtrip_cells import (
 from conformance.check.sanity import sanity_records, sharding_problems
 from conformance.check.slices import EVERY_WRAPPER_AND_API, MAIN_SLICE
 from conformance.check.snapshot import Snapshot, count_elements, full_state, local_state
+from conformance.layout.builtin import builtin_strategy
+from conformance.layout.registry import layout_of
 from conformance.models import build_model
 from conformance.observed import from_detail
 from conformance.outcome import Outcome
-from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.owned import owned_state
 from conformance.strategy.protocol import Strategy, TrainState
 from conformance.strategy.under_test import strategy_under_test
@@ -75,7 +76,7 @@ class RoundTrip:
 
 def flat_sharded(case: Case, world_size: int) -> bool:
     """Whether FSDP1 keeps each rank's parameters as a shard of a flat parameter."""
-    return case.family == "fsdp1" and case.sharding != "no_shard" and world_size > 1
+    return layout_of(case).flat_shards and world_size > 1
 
 
 def _require_substance(snapshot: Snapshot) -> None:

@@ -8,26 +8,22 @@ from typing import Any
 
 from conformance.check.base import Feature
 from conformance.check.slices import (
-    ALL_WRAPPERS,
     EP_WRAPPERS,
     EXPERT_MODELS,
-    HSDP_SHARDINGS,
     HSDP_TP_WRAPPERS,
+    HSDP_WRAPPERS,
     LAYOUT_WRAPPERS,
     MAIN_WRAPPERS,
     MODELS,
+    ONE_D_WRAPPERS,
     OPTIMIZERS,
     PP_FSDP_WRAPPERS,
     TP_WRAPPERS,
     Slice,
 )
 
-FLAT_WRAPPERS_AND_APIS = Slice(
-    "every 1-D wrapper x API x storage", tuple(w for w in ALL_WRAPPERS if w[1] not in HSDP_SHARDINGS)
-)
-HSDP_WRAPPERS_AND_APIS = Slice(
-    "HSDP x API x storage", tuple(w for w in ALL_WRAPPERS if w[1] in HSDP_SHARDINGS)
-)
+FLAT_WRAPPERS_AND_APIS = Slice("every 1-D wrapper x API x storage", ONE_D_WRAPPERS)
+HSDP_WRAPPERS_AND_APIS = Slice("HSDP x API x storage", HSDP_WRAPPERS)
 OPTIMIZER_SLICE = Slice(
     "optimizers", MAIN_WRAPPERS, ("dsd_sharded", "sd_full", "sd_sharded"), optimizers=OPTIMIZERS
 )

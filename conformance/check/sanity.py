@@ -21,41 +21,21 @@ from torch import nn
 from conformance.case import Case
 from conformance.check.compare import compare_tensors
 from conformance.check.snapshot import clean_name, local_tensor
+from conformance.layout.registry import layout_of
 from conformance.models import build_model, model_class, total_elements
 from conformance.observed import Observed, verdict
-from conformance.strategy.wrappers import shard_group_size
 from conformance.world import RankContext
-
-TP_SHARDINGS = ("tp", "hsdp_tp")  # the shardings whose mesh's last dimension is "tp"
 
 
 def group_size(case: Case, world_size: int) -> int:
-    """Over how many ranks one copy of the parameters is spread: a pipeline's stages and a
-    tensor-parallel mesh spread one copy over every rank but HSDP's replicas."""
-    if case.family == "pp" or case.sharding in ("tp", "ep"):
-        return world_size
-    if case.sharding == "hsdp_tp":
-        _, shard, tp = case.mesh_shape
-        return shard * tp
-    return shard_group_size(case.sharding, world_size, case.hsdp_shape)
+    """Over how many ranks one copy of the parameters is spread (the cell's layout says)."""
+    return layout_of(case).group_size(case, world_size)
 
 
 def parallel_params(case: Case) -> tuple[str, dict[str, str]]:
     """(mesh dimension, {parameter: what shards it}) a cell's layout must split: the weights
     of the model's tensor-parallel plan over "tp", its expert parameters over "ep"."""
-    cls = model_class(case.model)
-    if case.sharding in TP_SHARDINGS and hasattr(cls, "tp_plan"):
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-
-        plan = cls.tp_plan()  # type: ignore[attr-defined]
-        return "tp", {  # SequenceParallel replicates a norm's weight; PrepareModuleInput has none
-            f"{m}.weight": f"the plan shards it ({type(style).__name__})"
-            for m, style in plan.items()
-            if isinstance(style, (ColwiseParallel, RowwiseParallel))
-        }
-    if case.sharding == "ep" and hasattr(cls, "ep_params"):
-        return "ep", {p: "expert parallelism shards it" for p in cls.ep_params()}  # type: ignore[attr-defined]
-    return "", {}
+    return layout_of(case).split_params(model_class(case.model))
 
 
 def tp_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
@@ -88,13 +68,13 @@ def tp_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
 def stage_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
     """Each pipeline stage holds its own parameters only: no name on ranks of two stages, none
     empty, the union the whole model's names. A collective."""
-    if case.family != "pp":
+    dp = layout_of(case).ranks_per_stage(case)  # rank = stage * dp + d
+    if dp is None:  # not a pipeline
         return []
     mine = sorted(clean_name(n) for n, _ in model.named_parameters())
     names: list[list[str]] = [[] for _ in range(ctx.world_size)]
     dist.all_gather_object(names, mine)
     problems = []
-    dp = case.mesh_shape[-1] if case.mesh else 1  # a (stages, dp) mesh: rank = stage * dp + d
 
     def others(r: int) -> bool:
         return r // dp != ctx.rank // dp
@@ -118,7 +98,7 @@ def sharding_problems(case: Case, ctx: RankContext, model: nn.Module, strategy: 
     module (no wrapper) trains alone on each rank: nothing to check. strategy: the strategy
     under test, which may say what a rank holds of a parameter (`held`) and over how many ranks
     one copy is spread (`shard_group_size`) for a layout its framework brings itself."""
-    if case.family == "plain":
+    if not layout_of(case).sanity_checked:
         return []
     held = getattr(strategy, "held", None)
     pieces = [local_tensor(held(p) if held else p) for p in model.parameters()]

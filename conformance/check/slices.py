@@ -8,12 +8,19 @@ import itertools
 from dataclasses import dataclass
 
 from conformance.case import Case
-from conformance.strategy.builtin import STATE_APIS
+from conformance.layout.registry import LAYOUTS
 from conformance.strategy.storage import STORAGES as STORAGE_OBJECTS
 
-FSDP1_SHARDINGS = ("full_shard", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "shard_grad_op")
-FSDP2_SHARDINGS = ("hsdp", "shard")
-HSDP_SHARDINGS = ("hsdp", "hybrid_shard", "hybrid_shard_zero2")
+# The data-parallel layouts (conformance.layout): on one mesh dimension, and HSDP's 2-D ones.
+ONE_D_WRAPPERS: tuple[tuple[str, str], ...] = (
+    ("ddp", "replicate"),
+    *((w, s) for w in ("fsdp1", "fsdp1+orig") for s in ("full_shard", "no_shard", "shard_grad_op")),
+    *((w, "shard") for w in ("fsdp2", "fsdp2+noreshard")),
+)
+HSDP_WRAPPERS: tuple[tuple[str, str], ...] = (
+    *((w, s) for w in ("fsdp1", "fsdp1+orig") for s in ("hybrid_shard", "hybrid_shard_zero2")),
+    *((w, "hsdp") for w in ("fsdp2", "fsdp2+noreshard")),
+)
 # The parallel layouts beyond data parallelism (conformance.strategy.parallel, .pipeline,
 # .prefixing): tensor parallelism alone; FSDP2 over it on a (dp, tp) mesh; FSDP2 over wrap
 # units that activation checkpointing or torch.compile wrapped; FSDP2 with CPUOffloadPolicy;
@@ -34,11 +41,7 @@ EP_WRAPPERS: tuple[tuple[str, str], ...] = (("fsdp2", "ep"),)
 DSD_ONLY_APIS: tuple[str, ...] = ("dsd_full", "dsd_sharded")
 
 # (wrapper, sharding): every wrapper configuration of the matrix.
-ALL_WRAPPERS: tuple[tuple[str, str], ...] = (
-    ("ddp", "replicate"),
-    *((w, s) for w in ("fsdp1", "fsdp1+orig") for s in FSDP1_SHARDINGS),
-    *((w, s) for w in ("fsdp2", "fsdp2+noreshard") for s in FSDP2_SHARDINGS),
-)
+ALL_WRAPPERS: tuple[tuple[str, str], ...] = tuple(sorted(ONE_D_WRAPPERS + HSDP_WRAPPERS))
 MAIN_WRAPPERS: tuple[tuple[str, str], ...] = (
     ("ddp", "replicate"),
     ("fsdp1", "full_shard"),
@@ -65,53 +68,6 @@ EXPERT_MODELS = ("moe", "moe_named")
 MAIN_APIS: tuple[str, ...] = ("dsd_full", "dsd_sharded", "sd_full", "sd_local", "sd_sharded")
 
 
-def hsdp_meshes(world_size: int) -> tuple[str, ...]:
-    """Every (replicate, shard) mesh a world holds, as the mesh axis spells it: "" for (2, 2)
-    at 4 ranks, the mesh the matrix had before the axis (its ids stay), "RxS" for the others.
-    One rank: only "" (no HSDP: unsupported)."""
-    if world_size < 2:
-        return ("",)
-    shapes = [(r, world_size // r) for r in range(1, world_size + 1) if world_size % r == 0]
-    default = (2, world_size // 2) if world_size >= 4 else None
-    return tuple("" if shape == default else f"{shape[0]}x{shape[1]}" for shape in shapes)
-
-
-def tp_meshes(world_size: int) -> tuple[str, ...]:
-    """Every (dp, tp) mesh of a world: "DxT"."""
-    return tuple(f"{d}x{world_size // d}" for d in range(1, world_size + 1) if world_size % d == 0)
-
-
-def ep_meshes(world_size: int) -> tuple[str, ...]:
-    """The (dp, ep) meshes of a world whose expert dimension shards the 4 experts: "DxE"."""
-    return tuple(f"{world_size // e}x{e}" for e in (2, 4) if world_size % e == 0)
-
-
-def hsdp_tp_meshes(world_size: int) -> tuple[str, ...]:
-    """The (replicate, shard, tp) mesh of a world: 2 replicas, tp 2, the rest sharded."""
-    return (f"2x{world_size // 4}x2",) if world_size % 4 == 0 else ("",)
-
-
-def pp_fsdp_meshes(world_size: int) -> tuple[str, ...]:
-    """The (stages, dp) mesh of a world: 2 stages (the model's blocks), FSDP over the rest."""
-    return (f"2x{world_size // 2}",) if world_size % 2 == 0 else ("",)
-
-
-def meshes(wrapper: str, sharding: str, world_size: int) -> tuple[str, ...]:
-    """The mesh axis values of a wrapper's sharding at a world size ("": no mesh axis; TP alone
-    is a 1-D mesh of every rank)."""
-    if sharding in HSDP_SHARDINGS:
-        return hsdp_meshes(world_size)
-    if sharding == "tp" and wrapper.startswith("fsdp2"):
-        return tp_meshes(world_size)
-    if sharding == "hsdp_tp":
-        return hsdp_tp_meshes(world_size)
-    if sharding == "ep":
-        return ep_meshes(world_size)
-    if sharding == "fsdp" and wrapper == "pp":
-        return pp_fsdp_meshes(world_size)
-    return ("",)
-
-
 @dataclass(frozen=True)
 class Slice:
     """A product of axis values. apis None: every API the wrapper's family has."""
@@ -128,14 +84,14 @@ class Slice:
     def cases(self, world_sizes: tuple[int, ...], check: str = "roundtrip") -> list[Case]:
         out = []
         for wrapper, sharding in self.wrappers:
-            family_apis = sorted(STATE_APIS[wrapper.split("+")[0]])
-            apis = [a for a in family_apis if self.apis is None or a in self.apis]
+            layout = LAYOUTS[(wrapper, sharding)]
+            apis = [a for a in sorted(layout.apis) if self.apis is None or a in self.apis]
             for api, storage, optimizer, model, precision, ws in itertools.product(
                 apis, self.storages, self.optimizers, self.models, self.precisions, world_sizes
             ):
                 case = Case(wrapper, sharding, api, storage, optimizer, model, ws, precision, check)
                 if self.kinds is None or case.kind in self.kinds:
-                    out.extend(dataclasses.replace(case, mesh=mesh) for mesh in meshes(wrapper, sharding, ws))
+                    out.extend(dataclasses.replace(case, mesh=mesh) for mesh in layout.meshes(ws))
         return out
 
 

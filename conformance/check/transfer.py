@@ -33,9 +33,9 @@ from conformance.check.roundtrip import (
 )
 from conformance.check.sanity import sanity_records, sharding_problems
 from conformance.check.snapshot import Snapshot, count_elements
+from conformance.layout.builtin import builtin_strategy
 from conformance.models import build_model
 from conformance.outcome import Outcome
-from conformance.strategy.builtin import builtin_strategy
 from conformance.strategy.under_test import LOADING_CALLS, strategy_under_test
 from conformance.training import train_state
 from conformance.world import RankContext

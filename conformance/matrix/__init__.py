@@ -17,7 +17,7 @@ from conformance.check.registry import CHECKS
 from conformance.check.slices import (
     ALL_WRAPPERS,
     EXPERT_MODELS,
-    HSDP_SHARDINGS,
+    HSDP_WRAPPERS,
     MAIN_APIS,
     MAIN_WRAPPERS,
     MODELS,
@@ -49,7 +49,7 @@ __all__ = [
     "ALL_WRAPPERS",
     "CHECKS",
     "EXPERT_MODELS",
-    "HSDP_SHARDINGS",
+    "HSDP_WRAPPERS",
     "INTEROP_CONFIGS",
     "MAIN_APIS",
     "MAIN_WRAPPERS",

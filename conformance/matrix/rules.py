@@ -8,11 +8,11 @@ from typing import Any
 from conformance.case import Case, Transfer
 from conformance.check.slices import (
     EXPERT_MODELS,
-    HSDP_SHARDINGS,
     IN_PLACE_STORAGES,
     ONE_FILE_STORAGES,
     PER_RANK_STORAGES,
 )
+from conformance.layout.registry import layout_of
 from conformance.models import MODELS, RESHAPED
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.storage import STORAGES as STORAGE_OBJECTS
@@ -44,14 +44,7 @@ RANK0_ONLY_APIS = (
     "sd_full_rank0",
 )
 
-# Models that declare no tensor-parallel plan (tp_plan) or no pipeline split (keep_stage).
-NO_TP_PLAN = tuple(sorted(n for n, c in MODELS.items() if not hasattr(c, "tp_plan")))
-NO_EXPERT_PARAMS = tuple(sorted(n for n, c in MODELS.items() if not hasattr(c, "ep_params")))
-NO_PIPELINE_SPLIT = tuple(sorted(n for n, c in MODELS.items() if not hasattr(c, "keep_stage")))
 NO_RESHAPED_TWIN = tuple(sorted(n for n in MODELS if n not in RESHAPED))
-PIPELINE_MAX_STAGES = 2  # the blocks of conformance.lm.TinyLlama
-
-DCP_SAVED_STORAGES = tuple(n for n, s in STORAGE_OBJECTS.items() if getattr(s, "saves_with_dcp", False))
 
 UNSUPPORTED: tuple[Rule, ...] = (
     *(  # a storage this installation cannot provide, with what is missing
@@ -76,13 +69,6 @@ UNSUPPORTED: tuple[Rule, ...] = (
         "to load the optimizer state into. DCP goes with get/set_state_dict (dsd_*)",
     ),
     Rule(
-        {"storage": DCP_SAVED_STORAGES, "family": ("ddp", "plain"), "api": "sd_full"},
-        "optimizer.state_dict() is keyed by parameter index, and dcp.save takes a state dict keyed by "
-        "strings (as documented): the index keys come back as '0', '1', ..., which "
-        "optimizer.load_state_dict files under no parameter. DCP goes with get/set_state_dict (dsd_*), "
-        "whose optimizer state is keyed by name",
-    ),
-    Rule(
         {"storage": IN_PLACE_STORAGES, "api": ("dsd_full_bcast", "dsd_full_offload")},
         "get_state_dict with full_state_dict and cpu_offload gives the state to rank 0 only (as documented): "
         "a DCP directory saved collectively from it would lack what the other ranks never had",
@@ -93,20 +79,6 @@ UNSUPPORTED: tuple[Rule, ...] = (
         "cpu_offload): the other ranks' files would be empty",
     ),
     Rule(
-        {"sharding": HSDP_SHARDINGS, "world_size": (1, 3)},
-        "HSDP needs a (replicate, shard) mesh of at least 2 ranks, and every mesh of the axis at 3 ranks is 1-D",
-    ),
-    Rule(
-        {"sharding": ("hybrid_shard", "hybrid_shard_zero2"), "api": "sd_local"},
-        "FSDP1 refuses LOCAL_STATE_DICT with a DeviceMesh (HSDP): 'DeviceMesh is not compatible with "
-        "LOCAL_STATE_DICT', by design",
-    ),
-    Rule(
-        {"wrapper": "fsdp1", "optimizer": "adamw+groups"},
-        "FSDP1 without use_orig_params gives the optimizer one flat parameter per unit: weights and "
-        "biases cannot go in separate param groups",
-    ),
-    Rule(
         {"model": EXPERT_MODELS, "world_size": 1},
         "expert parallelism needs at least 2 ranks: one rank holds every expert",
     ),
@@ -115,55 +87,16 @@ UNSUPPORTED: tuple[Rule, ...] = (
         "each rank holds its own expert (expert parallelism): one file written by rank 0 holds rank "
         "0's expert only",
     ),
-    Rule(
-        {"model": EXPERT_MODELS, "family": "ddp"},
-        "DDP all-reduces every parameter over the whole world: experts held by some ranks only need "
-        "their own groups",
-    ),
-    Rule(
-        {"model": EXPERT_MODELS, "sharding": HSDP_SHARDINGS},
-        "expert parallelism on an HSDP mesh is not built into the suite yet",
-    ),
-    Rule(
-        {"sharding": ("tp", "hsdp_tp"), "model": NO_TP_PLAN},
-        "the model declares no tensor-parallel plan (tp_plan): which of its layers are split "
-        "column- or row-wise is the model's choice",
-    ),
-    Rule(
-        {"sharding": "ep", "model": NO_EXPERT_PARAMS},
-        "the model declares no expert parameters to shard over an expert-parallel mesh (ep_params)",
-    ),
-    Rule(
-        {"sharding": "ep", "world_size": (1, 3)},
-        "the 4 experts shard over an expert dimension of 2 or 4 ranks",
-    ),
-    Rule(
-        {"sharding": "hsdp_tp", "world_size": (1, 2, 3, 5, 6, 7)},
-        "HSDP + TP needs a (replicate 2, shard, tp 2) mesh: a multiple of 4 ranks",
-    ),
-    Rule(
-        {"family": "pp", "model": NO_PIPELINE_SPLIT},
-        "the model declares no pipeline split (keep_stage): which layers form a stage is the model's choice",
-    ),
-    Rule(
-        {"family": "pp", "sharding": "fsdp", "world_size": (1, 3, 5, 7)},
-        f"{PIPELINE_MAX_STAGES} pipeline stages, each sharded over the same number of ranks: an even world",
-    ),
-    Rule(
-        {"family": "pp", "sharding": "stages", "world_size": tuple(range(PIPELINE_MAX_STAGES + 1, 9))},
-        f"one pipeline stage per rank, and the model has {PIPELINE_MAX_STAGES} blocks: "
-        f"{PIPELINE_MAX_STAGES} stages at most",
-    ),
-    Rule(
-        {"family": "pp", "storage": ONE_FILE_STORAGES},
-        "each pipeline stage holds its own layers' state: one file written by rank 0 holds the first "
-        "stage's only (use torch_save_per_rank or dcp)",
-    ),
-    Rule(
-        {"family": "ddp", "precision": "bf16"},
-        "DDP has no mixed-precision setting: autocast leaves the fp32 parameters, and so the checkpoint, unchanged",
-    ),
 )
+
+
+def layout_rules(case: Case) -> tuple[Rule, ...]:
+    """What the cell's layout refuses by design (conformance.layout: a registered layout's too)."""
+    layout = layout_of(case)
+    return tuple(
+        Rule({"wrapper": layout.wrapper, "sharding": layout.sharding, **when}, reason)
+        for when, reason in layout.refusals
+    )
 
 
 # Storages whose load converts another storage's checkpoint and then loads in place (Storage.reads).
@@ -178,7 +111,8 @@ def first_reason(rules: tuple[Rule, ...], cell: Case | Transfer) -> str | None:
 
 
 def unsupported_reason(case: Case) -> str | None:
-    return first_reason(UNSUPPORTED, case)
+    """The reason of the first rule the cell matches: the matrix's, then its layout's."""
+    return first_reason(UNSUPPORTED + layout_rules(case), case)
 
 
 # A transfer whose axes (Transfer.axes(): the save case's, and load_* for the other side)

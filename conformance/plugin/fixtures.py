@@ -11,11 +11,11 @@ import torch
 from conformance.baseline import Baseline, judge
 from conformance.case import Case, Transfer
 from conformance.check.roundtrip import StrategyFactory
+from conformance.layout.builtin import builtin_strategy
 from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.plugin.shared import BACKEND_KEY, BASELINE_KEY, PROPERTY, REGISTRY_KEY, WORLDS_KEY
 from conformance.property import Property, run_property
 from conformance.runner import RANK_PRELOAD, cell_backend, harness_error, run_case
-from conformance.strategy.builtin import builtin_strategy
 from conformance.world import WorldPool
 from conformance.world.devices import visible_gpus
 

@@ -11,6 +11,7 @@ import pytest
 
 from conformance.baseline import load_baseline
 from conformance.case import API_KINDS
+from conformance.layout.registry import families
 from conformance.lifetime import die_with_parent
 from conformance.matrix import CHECKS
 from conformance.plugin.results import ResultCollector
@@ -23,11 +24,10 @@ from conformance.plugin.shared import (
 )
 from conformance.run_options import add_run_options
 from conformance.runner import backend_choice
-from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.registry import build_registry
 
 KIND_MARKERS = sorted(set(API_KINDS.values()))
-WRAPPER_MARKERS = sorted(STATE_APIS)  # the wrapper families
+WRAPPER_MARKERS = families()  # the wrapper families
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -227,6 +227,9 @@ class TutorialRank0Init(LegacyFullOptim):
     load_with: str = "scatter"
     rank0_only: bool = True
     sync_module_states = True  # what the wrapper must do for this API
+    # sync_module_states=True raises "The module has CPU parameters or buffers when
+    # `sync_module_states=True`, which requires them to be on GPU" for CPU modules (torch 2.13)
+    needs_accelerator = "FSDP1 sync_module_states=True refuses CPU modules"
 
     def before_wrap(self, model: nn.Module, state: StateDict, rank: int) -> None:
         if rank == 0:

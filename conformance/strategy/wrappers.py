@@ -18,8 +18,6 @@ from torch import nn
 from conformance.models import has_idle_parameters
 from conformance.world import RankContext
 
-HYBRID = ("hybrid_shard", "hybrid_shard_zero2", "hsdp")
-
 
 def hsdp_mesh(ctx: RankContext, shape: tuple[int, int]):  # type: ignore[no-untyped-def]
     """A (replicate, shard) mesh of `shape`: ranks row by row, a row one copy's shards."""
@@ -28,15 +26,6 @@ def hsdp_mesh(ctx: RankContext, shape: tuple[int, int]):  # type: ignore[no-unty
     if shape[0] * shape[1] != ctx.world_size:
         raise ValueError(f"an HSDP mesh of {shape[0]} x {shape[1]} does not fit {ctx.world_size} ranks")
     return init_device_mesh(ctx.device.type, shape, mesh_dim_names=("replicate", "shard"))
-
-
-def shard_group_size(sharding: str, world_size: int, hsdp_shape: tuple[int, int] | None = None) -> int:
-    """Over how many ranks one copy of the parameters is spread (1: replicated)."""
-    if sharding in ("replicate", "no_shard", "none"):
-        return 1
-    if sharding in HYBRID:
-        return (hsdp_shape or (2, world_size // 2))[1]
-    return world_size
 
 
 def local_experts(model: nn.Module) -> nn.ModuleDict | None:
@@ -112,7 +101,7 @@ class Fsdp1Wrapper:
     use_orig_params: bool = False
     bf16: bool = False
     sync_module_states: bool = False  # broadcast rank 0's weights while wrapping
-    hsdp_shape: tuple[int, int] = (2, 1)  # HYBRID_SHARD*'s (replicate, shard) mesh
+    hsdp_shape: tuple[int, int] | None = None  # HYBRID_SHARD*'s (replicate, shard) mesh
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -129,7 +118,7 @@ class Fsdp1Wrapper:
         }
         experts = local_experts(model)
         if experts is not None:
-            if self.sharding in HYBRID:
+            if self.hsdp_shape:
                 raise ValueError("expert parallelism with FSDP1 HSDP is not built")
             group = expert_group(ctx, _experts_in(model, ctx))
             for name in list(experts):
@@ -138,7 +127,7 @@ class Fsdp1Wrapper:
         return FSDP(
             model,
             auto_wrap_policy=ModuleWrapPolicy(set(getattr(model, "wrap_units", (nn.Linear,)))),
-            device_mesh=hsdp_mesh(ctx, self.hsdp_shape) if self.sharding in HYBRID else None,
+            device_mesh=hsdp_mesh(ctx, self.hsdp_shape) if self.hsdp_shape else None,
             **common,
         )
 

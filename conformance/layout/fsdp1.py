@@ -1,0 +1,52 @@
+"""FSDP1 on one dimension: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, with and without use_orig_params."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from conformance.case import Case
+from conformance.layout.base import Layout, Refusal
+from conformance.strategy.builtin import STATE_APIS
+from conformance.strategy.protocol import Wrapper
+from conformance.strategy.wrappers import Fsdp1Wrapper
+
+GROUPS_NEED_ORIG_PARAMS: Refusal = (
+    {"optimizer": "adamw+groups"},
+    "FSDP1 without use_orig_params gives the optimizer one flat parameter per unit: weights and "
+    "biases cannot go in separate param groups",
+)
+
+
+def fsdp1_wrapper(case: Case, use_orig_params: bool, hsdp_shape: tuple[int, int] | None = None) -> Wrapper:
+    api = STATE_APIS["fsdp1"].get(case.api)
+    return Fsdp1Wrapper(
+        case.sharding,
+        use_orig_params=use_orig_params,
+        bf16=case.precision == "bf16",
+        sync_module_states=getattr(api, "sync_module_states", False),
+        hsdp_shape=hsdp_shape,
+    )
+
+
+@dataclass(frozen=True)
+class Fsdp1(Layout):
+    """Shards one copy over the world (NO_SHARD: a whole copy on every rank)."""
+
+
+def _layout(wrapper: str, sharding: str, orig: bool, replicated: bool) -> Fsdp1:
+    return Fsdp1(
+        wrapper,
+        sharding,
+        build=lambda case: fsdp1_wrapper(case, use_orig_params=orig),
+        apis=STATE_APIS["fsdp1"],
+        replicated=replicated,
+        flat_shards=not replicated,
+        refusals=() if orig else (GROUPS_NEED_ORIG_PARAMS,),
+    )
+
+
+LAYOUTS = tuple(
+    _layout(wrapper, sharding, orig, replicated)
+    for wrapper, orig in (("fsdp1", False), ("fsdp1+orig", True))
+    for sharding, replicated in (("full_shard", False), ("no_shard", True), ("shard_grad_op", False))
+)

@@ -1,0 +1,19 @@
+"""No wrapper: each rank trains its own whole model alone (the plain module's state dict)."""
+
+from __future__ import annotations
+
+from conformance.layout.base import KEYED_BY_INDEX, Layout
+from conformance.strategy.builtin import STATE_APIS
+from conformance.strategy.wrappers import PlainWrapper
+
+LAYOUTS = (
+    Layout(
+        "plain",
+        "none",
+        build=lambda case: PlainWrapper(),
+        apis=STATE_APIS["plain"],
+        replicated=True,
+        sanity_checked=False,
+        refusals=(KEYED_BY_INDEX,),
+    ),
+)
