@@ -83,6 +83,9 @@ class Finding:
     # SILENT_IMPACTS): a load dropped a param group's lr without a word, and the next optimizer
     # step raised KeyError. Without it an error it explains refuses, a crash crashes.
     errors_follow: str = ""
+    # a cell of the default profile that shows it: covering profiles (conformance.matrix.covering)
+    # always run it, so that no finding a published default table shows goes unseen
+    witness: str = ""
     _pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
     _key: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 

@@ -106,7 +106,9 @@ def properties(profile: str, registry: Registry | None = None) -> list[Property]
     and of each registered strategy, over what it declares. Sorted by id (stable across runs
     and xdist workers)."""
     from conformance.matrix import run_cells, transfer_unsupported_reason, unsupported_reason
+    from conformance.matrix.cells import declared_profile
 
+    profile = declared_profile(profile)
     registry = registry or Registry()
     groups: dict[tuple[Any, ...], list[Cell]] = {}
     for check in property_checks():

@@ -3,12 +3,18 @@ Which cells a check has is its own declaration (conformance.check.registry)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from conformance.case import Case, Transfer
 from conformance.check.registry import CHECKS
+from conformance.findings import load_findings
+from conformance.matrix.covering import cover
 from conformance.matrix.profiles import PROFILES, Profile
+from conformance.matrix.rules import unsupported_reason
 from conformance.strategy.registry import RegisteredStrategy, Registry
+
+COVERED_FROM = "default"  # the profile whose transfers and feature answers a covering profile keeps
 
 
 def _profile(name: str) -> Profile:
@@ -28,8 +34,39 @@ def _check(name: str) -> Any:
 def cells(profile: str, check: str) -> list[Case] | list[Transfer]:
     """Every built-in cell of a profile for a check, sorted by id: ids and order are the same in
     every run and worker."""
-    _profile(profile)
+    if _profile(profile).covering:
+        return covered(check)
     return _check(check).cells(profile)
+
+
+@functools.cache
+def covered(check: str) -> list[Case] | list[Transfer]:
+    """A covering profile's cells of a check: chosen from the supported cells of its full product
+    (conformance.matrix.covering), presets one cell per (feature-table row, feature) the default
+    profile covers; a transfer check's are the default profile's."""
+    declared = _check(check).cells(COVERED_FROM)
+    if any(isinstance(c, Transfer) for c in declared):
+        return declared
+    universe = [c for c in _check(check).cells("full") if not unsupported_reason(c)]
+    run = [c for c in declared if not unsupported_reason(c)]
+    return cover(universe, feature_presets(check, run) + witnesses(run))
+
+
+def witnesses(run: list[Case]) -> list[Case]:
+    """The cells among these that findings name as their witness (Finding.witness)."""
+    named = {f.witness for f in load_findings() if f.witness}
+    return [c for c in run if c.id in named]
+
+
+def feature_presets(check: str, run: list[Case]) -> list[Case]:
+    """One cell (the first by id) per (wrapper family, API, feature) that the cells answer."""
+    chosen: dict[tuple[str, str, str], Case] = {}
+    for cell in run:
+        axes = cell.axes()
+        for feature in _check(check).features:
+            if feature.selects(axes):
+                chosen.setdefault((cell.family, cell.api, feature.name), cell)
+    return sorted(set(chosen.values()), key=lambda c: c.id)
 
 
 def cases(profile: str, check: str = "roundtrip") -> list[Case]:
@@ -50,9 +87,15 @@ def transfers(profile: str, check: str) -> list[Transfer]:
 
 def strategy_cells(strategy: RegisteredStrategy, profile: str, check: str) -> list[Case] | list[Transfer]:
     """A registered strategy's cells of a check (none when the check is not offered to
-    registered strategies); whether it takes each is its own declaration."""
-    _profile(profile)
-    return _check(check).strategy_cells(profile, strategy)
+    registered strategies); whether it takes each is its own declaration. A covering profile
+    gives it the default profile's."""
+    return _check(check).strategy_cells(declared_profile(profile), strategy)
+
+
+def declared_profile(profile: str) -> str:
+    """The profile whose declared cells stand for this one where covering does not choose (its
+    transfers, registered strategies' cells, the properties' bases): itself, or default."""
+    return COVERED_FROM if _profile(profile).covering else profile
 
 
 def registered_checks() -> tuple[str, ...]:
