@@ -76,3 +76,13 @@ def test_the_choice_is_the_same_without_the_cache(tmp_path: Path, monkeypatch: p
     fresh = cover(_supported("full", "resume"), feature_presets("resume", run) + witnesses(run))
     assert list(tmp_path.rglob("*.json")), "the covering was not computed afresh"
     assert [c.id for c in fresh] == expected
+
+
+def test_matrix_md_says_what_a_covering_profile_covers() -> None:
+    from conformance.matrix import PROFILES
+    from conformance.report.markdown import _profile
+
+    pairs = PROFILES["pairs"]
+    lines = _profile({"matrix": "pairs", "profile": {"description": pairs.description, "covering": True}})
+    assert "a covering profile: every pair of axis values" in lines[0]
+    assert _profile({"matrix": "default"}) == []  # a table published before the field

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conformance.baseline import Baseline, load_baseline, render_baseline
-from conformance.matrix import CHECKS, run_cells
+from conformance.matrix import CHECKS, PROFILES, run_cells
 from conformance.outcome import CellResult, Outcome
 from conformance.plugin.shared import (
     BACKEND_KEY,
@@ -136,6 +136,8 @@ class ResultCollector:
             strategies=self.config.stash[REGISTRY_KEY].versions(),
             descriptions=self.config.stash[REGISTRY_KEY].descriptions(),
         )
+        profile = PROFILES[self.config.getoption("matrix")]
+        env["profile"] = {"description": profile.description, "covering": profile.covering}
         env["run"] = {
             "wall_s": round(time.monotonic() - self.started, 1),
             "workers": _workers(self.config),

@@ -50,6 +50,15 @@ LEGEND = (
 )
 
 
+def _profile(env: dict[str, Any]) -> list[str]:
+    """What the profile selects (the strength a covering profile covers), when the run says."""
+    profile = env.get("profile")
+    if not profile:
+        return []
+    how = "a covering profile: " if profile.get("covering") else ""
+    return [f"The profile `{env.get('matrix')}`: {how}{profile['description']}.", ""]
+
+
 def _cost(env: dict[str, Any]) -> list[str]:
     """What the run cost, when the run metadata says (older tables do not)."""
     run = env.get("run") or {}
@@ -173,6 +182,7 @@ def render_markdown(
         f"suite {env.get('suite_version')} ({(env.get('suite_commit') or 'unknown')[:12]}), "
         f"Python {env.get('python')}, {env.get('platform')}.",
         "",
+        *_profile(env),
         *_cost(env),
         *(line for sentence in supplement_sentences(env) for line in (sentence, "")),
         "Outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
