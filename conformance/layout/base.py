@@ -33,6 +33,19 @@ KEYED_BY_INDEX: Refusal = (
     "whose optimizer state is keyed by name",
 )
 
+# A transfer saved with optimizer.state_dict() and loaded by a storage that converts it to DCP
+# and loads in place (Storage.reads): matched on Transfer.axes(), its load must raise.
+KEYED_BY_INDEX_CONVERTED: Refusal = (
+    {
+        "check": "interop",
+        "api": "sd_full",
+        "load_storage": tuple(n for n, s in STORAGES.items() if s.loads_in_place and getattr(s, "reads", ())),
+    },
+    "the saved optimizer is keyed by parameter index; the conversion to DCP keeps it so, and the "
+    "load into get_state_dict's template, keyed by name, finds none of its keys (the documented "
+    "path rekeys first: FSDP.rekey_optim_state_dict, or get_state_dict's FQN-keyed dicts)",
+)
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -49,6 +62,8 @@ class Layout:
     property_reshards: bool = True  # a resharding property of this layout says something
     needs_accelerator: str = ""  # why it cannot run on the CPU ("" : it can)
     refusals: tuple[Refusal, ...] = ()
+    # transfers saved in this layout whose load must raise by design (matched on Transfer.axes())
+    load_refusals: tuple[Refusal, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:

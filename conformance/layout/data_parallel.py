@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.layout.base import KEYED_BY_INDEX, Layout, expert_models
+from conformance.layout.base import KEYED_BY_INDEX, KEYED_BY_INDEX_CONVERTED, Layout, expert_models
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.wrappers import DdpWrapper
 
@@ -13,6 +13,7 @@ LAYOUTS = (
         build=lambda case: DdpWrapper(),
         apis=STATE_APIS["ddp"],
         replicated=True,
+        load_refusals=(KEYED_BY_INDEX_CONVERTED,),
         property_reshards=False,  # one replica's state: a resharding property adds nothing
         refusals=(
             KEYED_BY_INDEX,

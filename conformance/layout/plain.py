@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.layout.base import KEYED_BY_INDEX, Layout
+from conformance.layout.base import KEYED_BY_INDEX, KEYED_BY_INDEX_CONVERTED, Layout
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.wrappers import PlainWrapper
 
@@ -15,5 +15,6 @@ LAYOUTS = (
         replicated=True,
         sanity_checked=False,
         refusals=(KEYED_BY_INDEX,),
+        load_refusals=(KEYED_BY_INDEX_CONVERTED,),
     ),
 )

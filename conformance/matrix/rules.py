@@ -92,17 +92,15 @@ UNSUPPORTED: tuple[Rule, ...] = (
 
 def layout_rules(case: Case) -> tuple[Rule, ...]:
     """What the cell's layout refuses by design (conformance.layout: a registered layout's too)."""
-    layout = layout_of(case)
+    return _own_rules(case, layout_of(case).refusals)
+
+
+def _own_rules(case: Case, refusals: Any) -> tuple[Rule, ...]:
+    """A layout's refusals as rules, matched only with its own wrapper and sharding."""
     return tuple(
-        Rule({"wrapper": layout.wrapper, "sharding": layout.sharding, **when}, reason)
-        for when, reason in layout.refusals
+        Rule({"wrapper": case.wrapper, "sharding": case.sharding, **when}, reason)
+        for when, reason in refusals
     )
-
-
-# Storages whose load converts another storage's checkpoint and then loads in place (Storage.reads).
-CONVERTED_IN_PLACE = tuple(
-    n for n, s in STORAGE_OBJECTS.items() if s.loads_in_place and getattr(s, "reads", ())
-)
 
 
 def first_reason(rules: tuple[Rule, ...], cell: Case | Transfer) -> str | None:
@@ -118,17 +116,6 @@ def unsupported_reason(case: Case) -> str | None:
 # A transfer whose axes (Transfer.axes(): the save case's, and load_* for the other side)
 # match cannot load by design: its load must raise.
 REFUSALS: tuple[Rule, ...] = (
-    Rule(
-        {
-            "check": "interop",
-            "family": ("ddp", "plain"),
-            "api": "sd_full",
-            "load_storage": CONVERTED_IN_PLACE,
-        },
-        "the saved optimizer is keyed by parameter index; the conversion to DCP keeps it so, and the "
-        "load into get_state_dict's template, keyed by name, finds none of its keys (the documented "
-        "path rekeys first: FSDP.rekey_optim_state_dict, or get_state_dict's FQN-keyed dicts)",
-    ),
     Rule(
         {"check": "reshard", "kind": "local"},
         "LOCAL_STATE_DICT holds each rank's flat shard as it is: it belongs to one world size",
@@ -158,7 +145,8 @@ def storage_refusals(storage: Any) -> tuple[Rule, ...]:
 def refusal_reason(transfer: Transfer, storage: Any) -> str | None:
     """Why the transfer's load must raise, or None. storage: the object that wrote the saving
     side's checkpoint (a built-in storage, or a registered strategy's own)."""
-    return first_reason(REFUSALS + storage_refusals(storage), transfer)
+    saving = _own_rules(transfer.save, layout_of(transfer.save).load_refusals)
+    return first_reason(saving + REFUSALS + storage_refusals(storage), transfer)
 
 
 def transfer_unsupported_reason(transfer: Transfer) -> str | None:
