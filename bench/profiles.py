@@ -2,7 +2,7 @@
 same pytest selection under two profiles, one after the other (nothing else should run).
 
     python bench/profiles.py                        # the counts
-    python bench/profiles.py --time default pairs -k "corrupt or resume" -n 2
+    python bench/profiles.py --time default-product default -k "corrupt or resume" -n 2
 """
 
 from __future__ import annotations

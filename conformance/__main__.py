@@ -1,6 +1,7 @@
 """python -m conformance: the reports from results.json alone, without a re-run.
 
-render RESULTS.json [-o matrix.md]   the Markdown and HTML matrix, and FINDINGS.md
+render RESULTS.json [-o matrix.md]   the Markdown and HTML matrix, and FINDINGS.md (--fold: and
+                                     results.json with its unsupported rows folded into rules)
 diff OLD.json NEW.json               two runs side by side; exit 1 on a regression
 """
 
@@ -9,7 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
+from conformance.outcome import CellResult
 from conformance.report.markdown import render_markdown
 from conformance.report.results import read_results
 
@@ -22,6 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     render.add_argument("-o", "--output", type=Path, help="default: matrix.md beside the results")
     render.add_argument("--baseline", type=Path, help="mark the failures this baseline expects as known")
     render.add_argument("--findings", type=Path, help="findings data (default: reports/findings.toml)")
+    render.add_argument(
+        "--fold",
+        action="store_true",
+        help="rewrite results.json with its unsupported rows folded into rules (and, for a covering "
+        "profile's table, the unsupported cells of its declaration): what a run writes since the fold",
+    )
     diff = commands.add_parser("diff", help="compare two results.json: metadata, then changed cells")
     diff.add_argument("old", type=Path)
     diff.add_argument("new", type=Path)
@@ -95,6 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"cannot read the findings: {exc}", file=sys.stderr)
         return 2
+    from conformance.report.rules import folded_into
+
+    if args.fold:
+        cells += _declared_unsupported(environment, {c.id for c in cells})
+    environment, cells = folded_into(environment, cells)  # unsupported rows of an older run: rules
+    if args.fold:
+        from conformance.report.results import results_document, write_results
+
+        write_results(args.results, results_document(environment, cells))
     if "strategy_descriptions" not in environment:  # results written before the run recorded them
         environment["strategy_descriptions"] = _descriptions(environment.get("strategies", {}))
     out = args.output or args.results.with_name("matrix.md")
@@ -151,6 +169,26 @@ def _descriptions(names: dict[str, object]) -> dict[str, str]:
     return {name: text for name, text in known.items() if name in names}
 
 
+def _declared_unsupported(environment: dict[str, Any], ran: set[str]) -> list[CellResult]:
+    """A covering profile's table: the unsupported cells of its declaration, from this suite's
+    matrix and the strategies the table ran (as the run folds them: plugin.results)."""
+    from conformance.matrix import PROFILES
+    from conformance.matrix.cells import declared_unsupported
+    from conformance.outcome import Outcome
+    from conformance.strategy.registry import build_registry
+
+    profile = PROFILES.get(str(environment.get("matrix")))
+    if profile is None or profile.covering is None:
+        return []
+    registry = build_registry(["builtin", *sorted(environment.get("strategies") or {})])
+    backend = str(environment.get("backend"))
+    return [
+        CellResult(cell.id, {**cell.axes(), "backend": backend}, Outcome.UNSUPPORTED, reason, 0.0)
+        for cell, reason in declared_unsupported(registry, profile.name)
+        if cell.id not in ran
+    ]
+
+
 def _diff(old_path: Path, new_path: Path) -> int:
     from conformance.report.diff import diff_runs, render_diff
 
@@ -160,8 +198,19 @@ def _diff(old_path: Path, new_path: Path) -> int:
     except (OSError, ValueError, KeyError) as exc:
         print(f"cannot read results: {exc}", file=sys.stderr)
         return 2
+    from conformance.report.rules import folded_into, render_rule_changes
+
+    old_env, old = folded_into(old_env, old)  # an older run's unsupported rows: counted per rule
+    new_env, new = folded_into(new_env, new)
     diff = diff_runs(old, new)
-    print(render_diff(old_env, new_env, diff), end="")
+
+    left = render_rule_changes(old_env, old, new_env, new) or None
+    if diff.removed:
+        from conformance.findings import load_findings
+        from conformance.report.left import render_left, why_left
+
+        left = (left or []) + render_left(why_left(diff.removed, new, load_findings()))
+    print(render_diff(old_env, new_env, diff, left), end="")
     return 1 if diff.regressed else 0
 
 

@@ -83,8 +83,8 @@ class Finding:
     # SILENT_IMPACTS): a load dropped a param group's lr without a word, and the next optimizer
     # step raised KeyError. Without it an error it explains refuses, a crash crashes.
     errors_follow: str = ""
-    # a cell of the default profile that shows it: covering profiles (conformance.matrix.covering)
-    # always run it, so that no finding a published default table shows goes unseen
+    # a cell that shows it: covering profiles (conformance.matrix.covering) always run it when
+    # their full product has it, so that no finding goes unseen
     witness: str = ""
     _pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
     _key: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
@@ -94,9 +94,13 @@ class Finding:
         never is)."""
         if cell.outcome is Outcome.HARNESS_ERROR or cell.outcome.value not in self.outcomes:
             return False
-        if any(fnmatch.fnmatchcase(cell.id, pattern) for pattern in self.not_cells):
+        return self.names(cell.id)
+
+    def names(self, cell_id: str) -> bool:
+        """Whether a cell of this id is one its patterns name (whatever its outcome)."""
+        if any(fnmatch.fnmatchcase(cell_id, pattern) for pattern in self.not_cells):
             return False
-        return any(fnmatch.fnmatchcase(cell.id, pattern) for pattern in self.cells)
+        return any(fnmatch.fnmatchcase(cell_id, pattern) for pattern in self.cells)
 
     @property
     def selects(self) -> bool:

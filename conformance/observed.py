@@ -20,6 +20,8 @@ IMPACTS: dict[str, str] = {
     "corrupts": "a tensor's values, dtype or shape (or a saved value) silently differ",
     "loses": "state silently missing: a key, a param group, a scheduler",
     "drifts": "every tensor bit-exact; a Python type or container differs",
+    "diverges": "the checkpoint holds the state exactly; the resumed run's arithmetic differs from the "
+    "uninterrupted run's in the last bits (a reduction order, not the checkpoint)",
     "refuses": "the strategy raises: loud, nothing loaded",
     "crashes": "a rank dies",
     "hangs": "a rank never finishes",
@@ -27,7 +29,7 @@ IMPACTS: dict[str, str] = {
 
 # The impacts no error, crash or hang announces: a finding may say an event was one of them
 # (the state was lost silently, and the error came later), never that a crash only refused.
-SILENT_IMPACTS = ("corrupts", "loses", "drifts")
+SILENT_IMPACTS = ("corrupts", "loses", "drifts", "diverges")
 
 # A difference's kind -> its impact. Kinds of a check's own verdict (sanity, hygiene, accepted
 # damage) have none of their own: the finding that explains one says; unexplained, the worst.

@@ -1,11 +1,9 @@
-"""Covering profiles (conformance.matrix.covering): the `pairs` profile loses no pair or
+"""Covering profiles (conformance.matrix.covering): the `default` profile loses no pair or
 (layout, API, storage) triple of the supported full product, keeps every feature-table answer
-and every finding's witness of `default`, runs no unsupported cell, and picks the same cells
-every time; the check that it lost nothing can fail."""
+and every finding's witness of its declaration, runs no unsupported cell, and picks the same
+cells every time; the check that it lost nothing can fail, and so can the cost weighting."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -13,6 +11,7 @@ from conformance.case import Transfer
 from conformance.findings import load_findings
 from conformance.matrix import CHECKS, cells, unsupported_reason
 from conformance.matrix.cells import feature_presets, witnesses
+from conformance.matrix.costs import Costs, load_costs
 from conformance.matrix.covering import cover, lost
 
 CASE_CHECKS = [name for name in CHECKS if not isinstance(next(iter(cells("ci", name)), None), Transfer)]
@@ -23,66 +22,127 @@ def _supported(profile: str, check: str) -> list:
 
 
 @pytest.mark.parametrize("check", CASE_CHECKS)
-def test_pairs_loses_no_pair_or_triple_of_the_full_product(check: str) -> None:
-    chosen = cells("pairs", check)
+def test_default_loses_no_pair_or_triple_of_the_full_product(check: str) -> None:
+    chosen = cells("default", check)
     assert chosen, check
     assert len({c.id for c in chosen}) == len(chosen), "a cell twice"
     assert not [c.id for c in chosen if unsupported_reason(c)]
     assert not lost(_supported("full", check), chosen)
 
 
+def _answers(check: str, cases: list) -> set[tuple]:
+    """The (full-table row, feature) answers the cells give: a row is the strategy, layout, API
+    and storage."""
+    return {
+        (c.strategy, c.wrapper, c.sharding, c.api, c.storage, f.name)
+        for c in cases
+        for f in CHECKS[check].features
+        if f.selects(c.axes())
+    }
+
+
 @pytest.mark.parametrize("check", CASE_CHECKS)
-def test_pairs_keeps_every_feature_answer_of_default(check: str) -> None:
-    answered = {
-        (c.family, c.api, f.name)
-        for c in feature_presets(check, _supported("default", check))
-        for f in CHECKS[check].features
-        if f.selects(c.axes())
-    }
-    kept = {
-        (c.family, c.api, f.name)
-        for c in cells("pairs", check)
-        for f in CHECKS[check].features
-        if f.selects(c.axes())
-    }
-    assert answered <= kept, sorted(answered - kept)[:5]
+def test_default_keeps_every_feature_answer_of_its_declaration(check: str) -> None:
+    answered = _answers(check, _supported("default-product", check))
+    kept = _answers(check, cells("default", check))
+    assert answered and answered <= kept, sorted(answered - kept)[:5]
 
 
-def test_pairs_runs_every_finding_s_witness_that_default_runs() -> None:
-    default = {c.id for name in CHECKS for c in cells("default", name)}
-    pairs = {c.id for name in CHECKS for c in cells("pairs", name)}
-    witnesses = {f.witness for f in load_findings() if f.witness in default}
-    assert witnesses and witnesses <= pairs, sorted(witnesses - pairs)
+def test_a_row_s_preset_is_a_cell_a_finding_names_where_there_is_one() -> None:
+    """Where a finding names some cell of a (row, feature), a preset of that answer is one of
+    those: the word the finding explains keeps a cell that can show it."""
+    named = [f for f in load_findings() if not f.marks]
+    run = _supported("default-product", "roundtrip")
+    presets = feature_presets("roundtrip", run)
+    flagged = [c for c in run if any(f.names(c.id) for f in named)]
+    want = _answers("roundtrip", flagged)
+    got = _answers("roundtrip", [c for c in presets if any(f.names(c.id) for f in named)])
+    assert want and want <= got, sorted(want - got)[:3]
 
 
-def test_transfers_are_default_s_in_a_covering_profile() -> None:
+def test_default_runs_every_finding_s_witness_that_the_full_product_has() -> None:
+    """Every witness of the built-in matrix, in the declaration or only in full (a finding a
+    covering run found), is a cell of the default profile."""
+    full = {c.id for name in CHECKS for c in cells("full", name)}
+    covered = {c.id for name in CHECKS for c in cells("default", name)}
+    witnesses = {f.witness for f in load_findings() if f.witness in full}
+    assert "hygiene-fsdp2-dsd_full-torch_save_to_dcp-adamw-bn_frozen-bf16-w1" in witnesses
+    assert witnesses <= covered, sorted(witnesses - covered)
+
+
+def test_transfers_are_the_declaration_s_in_a_covering_profile() -> None:
     for name in CHECKS:
         if name not in CASE_CHECKS:
-            assert cells("pairs", name) == cells("default", name)
+            assert cells("default", name) == cells("default-product", name)
 
 
 def test_a_covering_that_drops_a_cell_loses_what_only_it_covered() -> None:
     """The checker can fail: drop each chosen cell in turn until one leaves a pair uncovered."""
     universe = _supported("full", "corrupt")
-    chosen = cells("pairs", "corrupt")
+    chosen = cells("default", "corrupt")
     assert any(lost(universe, chosen[:i] + chosen[i + 1 :]) for i in range(len(chosen)))
 
 
-def test_the_choice_is_the_same_without_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Computed afresh (an empty cache directory) it picks the cells the profile has."""
-    expected = [c.id for c in cells("pairs", "resume")]
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    run = _supported("default", "resume")
-    fresh = cover(_supported("full", "resume"), feature_presets("resume", run) + witnesses(run))
-    assert list(tmp_path.rglob("*.json")), "the covering was not computed afresh"
+def test_the_choice_is_the_same_computed_afresh() -> None:
+    """No state between calls: the cells are a function of the matrix and costs.json."""
+    expected = [c.id for c in cells("default", "resume")]
+    run = _supported("default-product", "resume")
+    full = _supported("full", "resume")
+    presets = feature_presets("resume", run) + witnesses(run + full)
+    fresh = cover(full + presets, presets)
     assert [c.id for c in fresh] == expected
+
+
+def test_the_covering_prefers_cheap_cells() -> None:
+    """Weighted by measured cost, what the greedy adds to the presets costs less than what an
+    unweighted one (every cell the same cost) adds, and the whole less than the product it
+    replaced."""
+    costs = load_costs()
+    universe = _supported("full", "roundtrip")
+    run = _supported("default-product", "roundtrip")
+    presets = feature_presets("roundtrip", run) + witnesses(run + universe)
+    weighted = cells("default", "roundtrip")
+    flat = cover(universe + presets, presets, costs=Costs({}))
+    assert not lost(universe, flat)
+
+    def total(cs: list) -> float:
+        return sum(costs.of(c) for c in cs)
+
+    forced = total(list(set(presets)))  # the same in both: what the greedy adds is compared
+    assert total(weighted) - forced < total(flat) - forced, (total(weighted), total(flat), forced)
+    assert total(weighted) < 0.6 * total(_supported("default-product", "roundtrip"))
+
+
+def test_a_registered_strategy_is_covered_value_by_value() -> None:
+    """Each value a registered strategy takes on each axis is met by one of its cells."""
+    from conformance.matrix.cells import strategy_cells
+    from conformance.strategy.registry import load_strategy
+
+    strategy = load_strategy("tests.broken:CONTROL")
+    full = [
+        c
+        for c in strategy_cells(strategy, "full", "roundtrip")
+        if not unsupported_reason(c) and not strategy.unsupported_reason(c)
+    ]
+    chosen = strategy_cells(strategy, "default", "roundtrip")
+    assert chosen and len(chosen) < len(full)
+    assert not lost(full, chosen, strength=1)
 
 
 def test_matrix_md_says_what_a_covering_profile_covers() -> None:
     from conformance.matrix import PROFILES
     from conformance.report.markdown import _profile
 
-    pairs = PROFILES["pairs"]
-    lines = _profile({"matrix": "pairs", "profile": {"description": pairs.description, "covering": True}})
-    assert "a covering profile: every pair of axis values" in lines[0]
+    default = PROFILES["default"]
+    assert default.covering is not None
+    profile = {"description": default.description, "covering": default.covering.says()}
+    lines = _profile({"matrix": "default", "profile": profile})
+    assert "Its cells cover every pair of axis values" in lines[0]
     assert _profile({"matrix": "default"}) == []  # a table published before the field
+
+
+def test_a_covering_profile_s_properties_are_its_declaration_s() -> None:
+    """The properties' bases come from the declaration run as a product, not from the covering."""
+    from conformance.property import properties
+
+    assert [p.id for p in properties("default")] == [p.id for p in properties("default-product")]

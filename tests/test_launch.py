@@ -71,7 +71,7 @@ def test_four_processes_run_the_four_rank_cells_and_skip_the_others(tmp_path: Pa
         tmp_path,
         4,
         "--matrix",
-        "default",
+        "default-product",
         "--strategy",
         "builtin",
         "-k",

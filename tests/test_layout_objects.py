@@ -27,9 +27,10 @@ def test_a_layout_from_outside_the_package_runs_and_its_refusal_holds(tmp_path: 
     ran = {i: o for i, o in got.items() if o != "unsupported"}
     assert ran and set(ran.values()) == {"pass"}, got
     assert all("fsdp2+root" in i for i in ran), ran
-    refused = [c for c in results["cells"] if "tried at 1 and 2 ranks only" in c["detail"]]
-    assert refused and all(4 in (c["axes"]["save_world_size"], c["axes"]["load_world_size"]) for c in refused)
-    assert {c["outcome"] for c in refused} == {"unsupported"}
+    assert not [i for i in ran if "w4" in i], ran  # what it refuses never runs...
+    rules = results["environment"]["unsupported"]["rules"]  # ...and is a rule, not a row
+    refused = [r for r in rules if "tried at 1 and 2 ranks only" in r["reason"]]
+    assert refused and {r["check"] for r in refused} == {"reshard"}, rules
 
 
 def test_the_sanity_check_holds_a_layout_to_its_claim(tmp_path: Path) -> None:

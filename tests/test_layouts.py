@@ -155,7 +155,9 @@ def test_a_registered_strategy_claims_a_layout_like_a_built_in_wrapper() -> None
     claims = RegisteredStrategy(
         "mine", builtin_strategy, Supports(wrappers=(("fsdp2", "tp"),)), storage="dcp"
     )
-    cells = [c for c in strategy_cells(claims, "default", "roundtrip") if not claims.unsupported_reason(c)]
+    cells = [
+        c for c in strategy_cells(claims, "default-product", "roundtrip") if not claims.unsupported_reason(c)
+    ]
     assert {(c.wrapper, c.sharding) for c in cells} == {("fsdp2", "tp")}
     assert {c.mesh for c in cells} == {"1x2", "2x1", "1x4", "2x2", "4x1"}
     assert {c.model for c in cells} == {"llama", "mlp_scalar"}

@@ -77,6 +77,7 @@ def test_k_sharded_runs_only_sharded_cells_and_xdist_agrees(tmp_path: Path) -> N
     outcome for each (the adapters' cells run in their own tests and in the gated ci slice:
     running them here too cost most of this test's 6 minutes)."""
     from conformance.matrix import run_cells
+    from conformance.matrix.cells import why_unsupported
     from conformance.strategy.registry import build_registry
 
     every = {c.id for c in run_cells(build_registry([]), "ci", "roundtrip") if c.kind == "sharded"}
@@ -84,11 +85,13 @@ def test_k_sharded_runs_only_sharded_cells_and_xdist_agrees(tmp_path: Path) -> N
     builtin = ("--matrix", "ci", "-k", SHARDED_ROUNDTRIP, "--strategy", "builtin")
     code0, serial, log0 = run_cases(tmp_path, *builtin, "-n", "0", name="serial")
     code2, parallel, log2 = run_cases(tmp_path, *builtin, "-n", "2", name="xdist")
-    expected_ids = {
-        c.id for c in run_cells(build_registry(["builtin"]), "ci", "roundtrip") if c.kind == "sharded"
-    }
+    registry = build_registry(["builtin"])
+    sharded = [c for c in run_cells(registry, "ci", "roundtrip") if c.kind == "sharded"]
+    expected_ids = {c.id for c in sharded if not why_unsupported(registry, c)}  # the rest: rules
     assert expected_ids <= every  # equal where no adapter is installed
     assert set(outcomes(serial)) == expected_ids, log0
+    rules = serial["environment"]["unsupported"]["rules"]
+    assert sum(r["cells"] for r in rules) == len(sharded) - len(expected_ids) > 0, rules
     assert outcomes(parallel) == outcomes(serial), log2
     assert "pass" in outcomes(serial).values()
     assert code0 == code2, log0 + log2  # 1 where torch has a sharded finding; the same either way
@@ -114,7 +117,7 @@ def test_k_sharded_runs_only_sharded_cells_and_xdist_agrees(tmp_path: Path) -> N
 def test_known_failures_gate_and_later_cells_still_run(tmp_path: Path) -> None:
     offload = "fsdp1_full_shard-sd_full_offload_rank0-torch_save-adamw-mlp-w2"
     later = "fsdp2-dsd_sharded-dcp-adamw-mlp-w2"  # sorts after the offload cell
-    selection = ["--matrix", "default", "-k", f"test_roundtrip and ({offload} or {later})"]
+    selection = ["--matrix", "default-product", "-k", f"test_roundtrip and ({offload} or {later})"]
     code, results, log = run_cases(tmp_path, *selection, name="plain")
     got = outcomes(results)
     assert got[later] == "pass", log
@@ -289,10 +292,12 @@ def test_registered_strategies_run_their_declared_cells_and_are_caught(tmp_path:
     assert cells[cell.format("forgets")]["outcome"] == "fail"
     assert cells[cell.format("absent")]["outcome"] == "skip"
     assert "no-such-framework-xyz" in cells[cell.format("absent")]["detail"]
-    other = cells["control-fsdp2-sharded-dcp-adamw-mlp-w2"]
-    assert other["outcome"] == "unsupported" and "control does not declare fsdp2 shard" in other["detail"]
-    full = cells["control-fsdp1_full_shard+orig-full-dcp-adamw-mlp-w2"]
-    assert full["outcome"] == "unsupported" and "full state dicts" in full["detail"]
+    # undeclared cells never run: rules with their reasons, not rows
+    assert "control-fsdp2-sharded-dcp-adamw-mlp-w2" not in cells
+    assert "control-fsdp1_full_shard+orig-full-dcp-adamw-mlp-w2" not in cells
+    reasons = {r["reason"] for r in results["environment"]["unsupported"]["rules"]}
+    assert "control does not declare fsdp2 shard" in reasons
+    assert any("full state dicts" in r for r in reasons), reasons
     assert results["environment"]["strategies"]["absent"] == {"no-such-framework-xyz": None}
 
 

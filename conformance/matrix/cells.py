@@ -4,17 +4,19 @@ Which cells a check has is its own declaration (conformance.check.registry)."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from conformance.case import Case, Transfer
 from conformance.check.registry import CHECKS
 from conformance.findings import load_findings
+from conformance.matrix.costs import load_costs
 from conformance.matrix.covering import cover
 from conformance.matrix.profiles import PROFILES, Profile
-from conformance.matrix.rules import unsupported_reason
+from conformance.matrix.rules import transfer_unsupported_reason, unsupported_reason
 from conformance.strategy.registry import RegisteredStrategy, Registry
 
-COVERED_FROM = "default"  # the profile whose transfers and feature answers a covering profile keeps
+FULL = "full"  # the declaration a covering chooses from
 
 
 def _profile(name: str) -> Profile:
@@ -35,37 +37,61 @@ def cells(profile: str, check: str) -> list[Case] | list[Transfer]:
     """Every built-in cell of a profile for a check, sorted by id: ids and order are the same in
     every run and worker."""
     if _profile(profile).covering:
-        return covered(check)
-    return _check(check).cells(profile)
+        return covered(profile, check)
+    return _check(check).cells(_profile(profile).declares)
 
 
 @functools.cache
-def covered(check: str) -> list[Case] | list[Transfer]:
-    """A covering profile's cells of a check: chosen from the supported cells of its full product
-    (conformance.matrix.covering), presets one cell per (feature-table row, feature) the default
-    profile covers; a transfer check's are the default profile's."""
-    declared = _check(check).cells(COVERED_FROM)
+def covered(profile: str, check: str) -> list[Case] | list[Transfer]:
+    """A covering profile's built-in cells of a check (conformance.matrix.covering): chosen from
+    the supported cells of the full declaration within the covering's world sizes, presets one
+    cell per (feature-table row, feature) and each finding's witness of the profile's own
+    declaration; a transfer check's are the declaration's."""
+    declared = _check(check).cells(_profile(profile).declares)
     if any(isinstance(c, Transfer) for c in declared):
         return declared
-    universe = [c for c in _check(check).cells("full") if not unsupported_reason(c)]
-    run = [c for c in declared if not unsupported_reason(c)]
-    return cover(universe, feature_presets(check, run) + witnesses(run))
+    strength = _profile(profile).covering.strength  # type: ignore[union-attr]
+    return _choose(profile, check, declared, _check(check).cells(FULL), unsupported_reason, strength)
 
 
-def witnesses(run: list[Case]) -> list[Case]:
-    """The cells among these that findings name as their witness (Finding.witness)."""
+def _choose(
+    profile: str,
+    check: str,
+    declared: list[Case],
+    full: list[Case],
+    why_not: Callable[[Case], str | None],
+    strength: int,
+) -> list[Case]:
+    sizes = _profile(profile).covering.world_sizes  # type: ignore[union-attr]
+    run = [c for c in declared if not why_not(c)]
+    supported = [c for c in full if not why_not(c)]
+    presets = feature_presets(check, run) + witnesses(run + supported)
+    universe = [c for c in supported if sizes is None or c.world_size in sizes]
+    return cover(universe + presets, presets, strength=strength)
+
+
+def witnesses(cells: list[Case]) -> list[Case]:
+    """The cells among these that findings name as their witness (Finding.witness): a covering
+    runs each one its full product has, so that no finding goes unseen."""
     named = {f.witness for f in load_findings() if f.witness}
-    return [c for c in run if c.id in named]
+    return sorted({c for c in cells if c.id in named}, key=lambda c: c.id)
 
 
 def feature_presets(check: str, run: list[Case]) -> list[Case]:
-    """One cell (the first by id) per (wrapper family, API, feature) that the cells answer."""
-    chosen: dict[tuple[str, str, str], Case] = {}
-    for cell in run:
+    """One cell per (table row, feature) that the cells answer: a row of the full "what works"
+    table is a strategy, layout, API and storage, so each word of it (and of the summary rows
+    above it) keeps a cell. Of a row's cells, one that a finding names comes first, so that a
+    word a finding explains keeps a cell that shows it; then the cheapest (costs.json), then the
+    first by id."""
+    named = [f for f in load_findings() if not f.marks]
+    costs = load_costs()
+    chosen: dict[tuple[str, ...], Case] = {}
+    for cell in sorted(run, key=lambda c: (not any(f.names(c.id) for f in named), costs.of(c), c.id)):
         axes = cell.axes()
+        row = (cell.strategy, cell.wrapper, cell.sharding, cell.api, cell.storage)
         for feature in _check(check).features:
             if feature.selects(axes):
-                chosen.setdefault((cell.family, cell.api, feature.name), cell)
+                chosen.setdefault((*row, feature.name), cell)
     return sorted(set(chosen.values()), key=lambda c: c.id)
 
 
@@ -88,14 +114,28 @@ def transfers(profile: str, check: str) -> list[Transfer]:
 def strategy_cells(strategy: RegisteredStrategy, profile: str, check: str) -> list[Case] | list[Transfer]:
     """A registered strategy's cells of a check (none when the check is not offered to
     registered strategies); whether it takes each is its own declaration. A covering profile
-    gives it the default profile's."""
-    return _check(check).strategy_cells(declared_profile(profile), strategy)
+    meets each value it declares on each axis at least once (the pairs of the strategy axis with
+    every other: the pairs among the other axes are the built-in matrix's) and each of its
+    (layout, API) pairs, with its declaration's feature answers and witnesses; its transfers
+    are the declaration's. Covered one strategy at a time: what another registers never changes
+    its cells."""
+    declared = _check(check).strategy_cells(_profile(profile).declares, strategy)
+    if not _profile(profile).covering or not declared or isinstance(declared[0], Transfer):
+        return declared
+
+    def why_not(case: Case) -> str | None:
+        return strategy.unsupported_reason(case) or unsupported_reason(case)
+
+    strength = _profile(profile).covering.strength - 1 or 1  # type: ignore[union-attr]
+    return _choose(profile, check, declared, _check(check).strategy_cells(FULL, strategy), why_not, strength)
 
 
 def declared_profile(profile: str) -> str:
-    """The profile whose declared cells stand for this one where covering does not choose (its
-    transfers, registered strategies' cells, the properties' bases): itself, or default."""
-    return COVERED_FROM if _profile(profile).covering else profile
+    """The profile that runs a profile's declaration as it is (itself, or for a covering profile
+    the product profile of the same declaration): its cells stand for it where covering does not
+    choose (the properties' bases)."""
+    declares = _profile(profile).declares
+    return next(p.name for p in PROFILES.values() if p.declares == declares and not p.covering)
 
 
 def registered_checks() -> tuple[str, ...]:
@@ -121,4 +161,26 @@ def run_cells(registry: Registry, profile: str, check: str) -> list[Case] | list
     out: list[Any] = list(cells(profile, check)) if registry.builtin else []
     for _, strategy in sorted(registry.strategies.items()):
         out += strategy_cells(strategy, profile, check)
+    return out
+
+
+def why_unsupported(registry: Registry, cell: Case | Transfer) -> str | None:
+    """Why a cell of a run is unsupported by design (its registered strategy's declaration
+    first, then the matrix's rules), or None."""
+    owner = registry.strategy_of(cell)
+    reason = owner.unsupported_reason(cell) if owner is not None else None
+    if reason:
+        return reason
+    return transfer_unsupported_reason(cell) if isinstance(cell, Transfer) else unsupported_reason(cell)
+
+
+def declared_unsupported(registry: Registry, profile: str) -> list[tuple[Case | Transfer, str]]:
+    """The cells of a profile's declaration that are unsupported by design, with the reason: what
+    a covering profile's run folds into rules without ever enumerating them (report.rules)."""
+    out: list[tuple[Case | Transfer, str]] = []
+    for check in CHECKS:
+        for cell in run_cells(registry, declared_profile(profile), check):
+            reason = why_unsupported(registry, cell)
+            if reason:
+                out.append((cell, reason))
     return out

@@ -1,26 +1,22 @@
 """Covering profiles: the cells of a check chosen from its full product so that every pair of
 values of any two axes that some supported cell combines appears in a chosen cell, and every
 triple of (layout, state-dict API, storage); the cost grows with the sum of the axes, not their
-product. covertable (a well-kept covering-array library; bench/covering/ compares it with PICT and
-allpairspy) picks the rows, constrained to the supported cells of the check's `full` profile;
-`presets` forces in one cell per (feature-table row, feature) that the `default` profile covers,
-so that no answer of the "what works" table is lost. The salt fixes the choice: the same cells
-in every run, worker and machine. Cells of transfers (reshard, relayout, interop) are not
-covered yet: a covering profile takes the `default` ones."""
+product. The choice is a weighted set cover (code of ours: the covering-array libraries compared
+in bench/covering/ know no cost, and an unweighted covering ran slower than the product it
+replaced, bench/README.md): presets first (one cell per feature-table answer and finding witness
+of the profile's declaration), then greedily the cell that covers the most pairs per measured
+second (conformance.matrix.costs), then whatever became redundant is dropped. Deterministic: the
+same cells in every run, worker and machine, until costs.json or the matrix changes."""
 
 from __future__ import annotations
 
-import hashlib
+import heapq
 import itertools
-import json
-import os
-from collections.abc import Callable, Iterable
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from conformance.case import Case
+from conformance.matrix.costs import Costs, load_costs
 
-SALT = "conformance-1"
 TRIPLE = ("layout", "api", "storage")
 # The case fields a covering varies; wrapper and sharding together are one axis, the layout (its
 # mesh is an axis of its own: the (layout, API, storage) triple may be met on any mesh of the
@@ -32,8 +28,13 @@ Row = dict[str, str]
 
 def row_of(case: Case) -> Row:
     """The covering's axes of a cell, as strings."""
-    row = {"layout": f"{case.wrapper}|{case.sharding}"}
-    row.update({f: str(getattr(case, f)) for f in FIELDS})
+    return row_of_axes(case.axes())
+
+
+def row_of_axes(axes: Mapping[str, object]) -> Row:
+    """The covering's axes of a cell's axes (Case.axes, a result's `axes`), as strings."""
+    row = {"layout": f"{axes['wrapper']}|{axes['sharding']}"}
+    row.update({f: str(axes.get(f, "")) for f in FIELDS})
     return row
 
 
@@ -41,11 +42,16 @@ def _key(row: Row, axes: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(row[a] for a in axes)
 
 
-def items(row: Row, axes: tuple[str, ...]) -> set[tuple[str, ...]]:
-    """What a row covers: each pair of its axes' values, and its (layout, API, storage)."""
-    out = {(a, row[a], b, row[b]) for a, b in itertools.combinations(axes, 2)}
-    if set(TRIPLE) <= set(axes):
-        out.add(("triple", *_key(row, TRIPLE)))
+def items(row: Row, axes: tuple[str, ...], strength: int = 2) -> set[tuple[str, ...]]:
+    """What a row covers: each pair of its axes' values (strength 1: each value), and its
+    (layout, API, storage)."""
+    out = {
+        tuple(itertools.chain.from_iterable((a, row[a]) for a in combo))
+        for combo in itertools.combinations(axes, strength)
+    }
+    met = tuple(a for a in TRIPLE if a in axes)  # a registered strategy has one storage
+    if len(met) > strength:
+        out.add(("triple", *_key(row, met)))
     return out
 
 
@@ -55,77 +61,64 @@ def varying(rows: Iterable[Row]) -> tuple[str, ...]:
     return tuple(a for a in ("layout", *FIELDS) if len({r[a] for r in rows}) > 1)
 
 
-def lost(universe: Iterable[Case], chosen: Iterable[Case]) -> set[tuple[str, ...]]:
+def lost(universe: Iterable[Case], chosen: Iterable[Case], strength: int = 2) -> set[tuple[str, ...]]:
     """The pairs and triples some cell of the universe covers and no chosen cell does."""
     rows = [row_of(c) for c in universe]
     axes = varying(rows)
-    need = set().union(*(items(r, axes) for r in rows)) if rows else set()
-    got = set().union(*(items(row_of(c), axes) for c in chosen)) if rows else set()
+    need = set().union(*(items(r, axes, strength) for r in rows)) if rows else set()
+    got = set().union(*(items(row_of(c), axes, strength) for c in chosen)) if rows else set()
     return need - got
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "fsdp-checkpoint-conformance" / "covering"
+def weighted(
+    rows: list[Row], axes: tuple[str, ...], forced: list[int], cost: list[float], strength: int = 2
+) -> list[int]:
+    """The rows chosen (indices, sorted): the forced ones, then greedily the row that covers the
+    most not yet covered pairs and triples per second (lazy greedy set cover, ties broken by the
+    row's values: deterministic), then every unforced row whose items all other chosen rows
+    cover is dropped, the costliest first. Within a factor ln(items) of the cheapest cover."""
+    sets = [items(r, axes, strength) for r in rows]
+    keys = [_key(r, axes) for r in rows]
+    chosen = set(forced)
+    covered: set[tuple[str, ...]] = set().union(*(sets[i] for i in chosen)) if chosen else set()
+    need = set().union(*sets) if sets else set()
+    heap = [(-len(sets[i] - covered) / cost[i], keys[i], i) for i in range(len(rows)) if i not in chosen]
+    heapq.heapify(heap)
+    while covered != need and heap:
+        _, key, i = heapq.heappop(heap)
+        gain = len(sets[i] - covered) / cost[i]
+        if gain <= 0:
+            continue
+        if heap and (-gain, key) > heap[0][:2]:
+            heapq.heappush(heap, (-gain, key, i))  # stale: others now cover more per second
+            continue
+        chosen.add(i)
+        covered |= sets[i]
+    count: dict[tuple[str, ...], int] = {}
+    for i in chosen:
+        for item in sets[i]:
+            count[item] = count.get(item, 0) + 1
+    for i in sorted(chosen - set(forced), key=lambda j: (-cost[j], keys[j])):
+        if all(count[item] > 1 for item in sets[i]):
+            chosen.discard(i)
+            for item in sets[i]:
+                count[item] -= 1
+    return sorted(chosen)
 
 
-def _generate(rows: list[Row], axes: tuple[str, ...], presets: list[Row]) -> list[tuple[str, ...]]:
-    import covertable
-
-    universe = {_key(r, axes) for r in rows}
-    pairs = {
-        (a, b): {(r[a], r[b]) for r in rows} for a, b in itertools.combinations(axes, 2)
-    }  # a partial row that no supported cell extends is cut early
-
-    def allowed(a: str, b: str) -> Callable[[Row], bool]:
-        return lambda row: (row[a], row[b]) in pairs[(a, b)]
-
-    constraints: list[dict[str, Any]] = [
-        {"operator": "fn", "requires": [a, b], "evaluate": allowed(a, b)} for a, b in pairs
-    ]
-    constraints.append(
-        {"operator": "fn", "requires": list(axes), "evaluate": lambda r: _key(r, axes) in universe}
-    )
-    options: dict[str, Any] = {"strength": 2, "constraints": constraints, "salt": SALT}
-    if set(TRIPLE) <= set(axes):
-        options["sub_models"] = [{"fields": list(TRIPLE), "strength": 3}]
-    if presets:
-        options["presets"] = [{a: p[a] for a in axes} for p in presets]
-    values = {a: sorted({r[a] for r in rows}) for a in axes}
-    made = covertable.Controller(values, **options).make()
-    return sorted({_key(r, axes) for r in made})  # a preset may come back twice
-
-
-def cover(universe: list[Case], presets: Iterable[Case] = ()) -> list[Case]:
+def cover(
+    universe: list[Case], presets: Iterable[Case] = (), costs: Costs | None = None, strength: int = 2
+) -> list[Case]:
     """The covering of the universe (supported cells of one check), presets included, sorted by
-    id. Cached on disk by the universe, the presets, the salt and covertable's version: a cell
-    list is computed once per machine, not in every xdist worker."""
+    id: every pair and triple some cell of the universe covers, at the least measured cost
+    (conformance.matrix.costs) the greedy finds. The same cells on every run and machine."""
     if not universe:
         return []
+    costs = costs or load_costs()
+    universe = sorted(set(universe), key=lambda c: c.id)
     rows = [row_of(c) for c in universe]
     axes = varying(rows)
-    by_key = {_key(r, axes): c for r, c in zip(rows, universe)}
-    preset_rows = [row_of(c) for c in presets if _key(row_of(c), axes) in by_key]
-    keys = _cached(rows, axes, preset_rows)
-    return sorted({by_key[tuple(k)] for k in keys}, key=lambda c: c.id)
-
-
-def _cached(rows: list[Row], axes: tuple[str, ...], presets: list[Row]) -> list[tuple[str, ...]]:
-    from importlib.metadata import version
-
-    digest = hashlib.sha256(
-        json.dumps(
-            [SALT, version("covertable"), axes, sorted(map(sorted, (r.items() for r in rows))), presets]
-        ).encode()
-    ).hexdigest()[:24]
-    path = _cache_dir() / f"{digest}.json"
-    try:
-        return [tuple(k) for k in json.loads(path.read_text())]
-    except (OSError, ValueError):
-        pass
-    keys = _generate(rows, axes, presets)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(keys))
-    tmp.replace(path)  # atomic: xdist workers may write the same file
-    return keys
+    index = {c: i for i, c in enumerate(universe)}
+    forced = sorted({index[c] for c in presets if c in index})
+    chosen = weighted(rows, axes, forced, [costs.of(c) for c in universe], strength)
+    return [universe[i] for i in chosen]

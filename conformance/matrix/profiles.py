@@ -1,5 +1,8 @@
-"""The profiles a run picks with --matrix. Which cells each check has in a profile is the
-check's own declaration (conformance.check.registry)."""
+"""The profiles a run picks with --matrix. Which cells each check declares per profile is the
+check's own declaration (conformance.check.registry): `declares` names the declaration a
+profile reads. A covering profile (conformance.matrix.covering) chooses its cells from the
+supported cells of `full` so that every pair of axis values is met, keeping one cell for each
+feature-table answer and finding witness its declaration has."""
 
 from __future__ import annotations
 
@@ -7,14 +10,31 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Profile:
-    """covering: the cells of each check whose cells are one configuration each are chosen from
-    its `full` product by covering (conformance.matrix.covering), with every feature-table answer
-    of `default` kept; transfers and registered strategies take `default`'s cells."""
+class Covering:
+    """How a profile chooses its cells of a check whose cells are one configuration each:
+    every pair of axis values and every (layout, API, storage) triple that a supported cell of
+    `full` within `world_sizes` (None: all) combines, at the least measured cost; presets: one
+    cell per feature-table answer and finding witness of the profile's declaration. Transfers
+    (reshard, relayout, interop) are the declaration's own."""
 
+    world_sizes: tuple[int, ...] | None = None
+    strength: int = 2  # 2: every pair of values; 1: every value (and every layout/API/storage triple)
+
+    def says(self) -> str:
+        sizes = f" at {'/'.join(map(str, self.world_sizes))} ranks" if self.world_sizes else ""
+        met = "every pair of axis values" if self.strength == 2 else "every axis value"
+        return (
+            f"{met} and every (layout, API, storage) triple of the supported full product{sizes}, "
+            "at the least measured cost"
+        )
+
+
+@dataclass(frozen=True)
+class Profile:
     name: str
     description: str
-    covering: bool = False
+    declares: str  # the checks' declaration this profile reads (its cells, or a covering's presets)
+    covering: Covering | None = None
 
 
 PROFILES: dict[str, Profile] = {
@@ -24,17 +44,21 @@ PROFILES: dict[str, Profile] = {
             "ci",
             "the main wrappers and APIs, every optimizer, at world size 2, and each other check: the slice "
             ".ci/run gates on",
+            "ci",
         ),
         Profile(
             "default",
-            "every wrapper x API x storage at 2 ranks (HSDP and the main ones at 4), plus optimizers, models, bf16",
+            "a covering of the supported full product with each answer of the default declaration "
+            "(every wrapper x API x storage at 2 ranks, HSDP and the main ones at 4, optimizers, "
+            "models, bf16)",
+            "default",
+            Covering(),
         ),
-        Profile("full", "everything at world sizes 1, 2 and 4"),
+        Profile("full", "everything at world sizes 1, 2 and 4", "full"),
         Profile(
-            "pairs",
-            "every pair of axis values any supported cell of full combines, and every (layout, API, "
-            "storage) triple, with default's feature-table answers; transfers as default",
-            covering=True,
+            "default-product",
+            "the default declaration's product, every cell (the default profile before covering)",
+            "default",
         ),
     )
 }

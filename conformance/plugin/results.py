@@ -13,6 +13,7 @@ import torch
 
 from conformance.baseline import Baseline, load_baseline, render_baseline
 from conformance.matrix import CHECKS, PROFILES, run_cells
+from conformance.matrix.cells import declared_unsupported
 from conformance.outcome import CellResult, Outcome
 from conformance.plugin.shared import (
     BACKEND_KEY,
@@ -137,7 +138,11 @@ class ResultCollector:
             descriptions=self.config.stash[REGISTRY_KEY].descriptions(),
         )
         profile = PROFILES[self.config.getoption("matrix")]
-        env["profile"] = {"description": profile.description, "covering": profile.covering}
+        env["profile"] = {
+            "description": profile.description,
+            "declares": profile.declares,
+            "covering": profile.covering.says() if profile.covering else None,
+        }
         env["run"] = {
             "wall_s": round(time.monotonic() - self.started, 1),
             "workers": _workers(self.config),
@@ -145,7 +150,8 @@ class ResultCollector:
         if baseline is not None:
             env["baseline"] = {"path": baseline.path, "sha256": baseline.sha256, "profile": baseline.profile}
         self.out = self.report_dir(backend)
-        write_reports(self.out, env, results, baseline)
+        folded = self._declared_unsupported(backend, {r.id for r in results}) if profile.covering else []
+        write_reports(self.out, env, results + folded, baseline)
         if self.config.getoption("update_baseline"):
             header = (
                 f"Known outcomes: torch {env['torch']}, {env['backend']}, matrix {env['matrix']}.\n"
@@ -158,6 +164,24 @@ class ResultCollector:
                 f"baseline written: {path} ({len(results)} cells); this run's own exit status still "
                 "says whether every cell passed, the gate is the next run with --baseline"
             )
+
+    def _declared_unsupported(self, backend: str, ran: set[str]) -> list[CellResult]:
+        """A covering profile's run: the unsupported cells of its declaration, which it never
+        enumerates, as results to fold into rules (report.rules). Only when the run selected the
+        whole profile: a selection (-k, -m, node ids) says nothing of the cells it left out."""
+        args = self.config.invocation_params.args
+        if (
+            self.config.getoption("keyword")
+            or self.config.getoption("markexpr")
+            or any("::" in a for a in args)
+        ):
+            return []
+        registry = self.config.stash[REGISTRY_KEY]
+        return [
+            CellResult(cell.id, {**cell.axes(), "backend": backend}, Outcome.UNSUPPORTED, reason, 0.0)
+            for cell, reason in declared_unsupported(registry, self.config.getoption("matrix"))
+            if cell.id not in ran
+        ]
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         for line in self.gate_lines:

@@ -64,7 +64,11 @@ def diff_runs(old: list[CellResult], new: list[CellResult]) -> RunDiff:
     return out
 
 
-def render_diff(old_env: dict[str, Any], new_env: dict[str, Any], diff: RunDiff) -> str:
+def render_diff(
+    old_env: dict[str, Any], new_env: dict[str, Any], diff: RunDiff, left: list[str] | None = None
+) -> str:
+    """left: why the removed cells left (conformance.report.left.render_left); given, it stands
+    for the list of removed cells."""
 
     rows = []
     for key in sorted(set(old_env) | set(new_env)):
@@ -87,7 +91,18 @@ def render_diff(old_env: dict[str, Any], new_env: dict[str, Any], diff: RunDiff)
         if pairs:
             lines += ["", f"{title}:"]
             lines += [f"  {a.id}: {a.outcome} -> {b.outcome}: {first_line(b.detail)}" for a, b in pairs]
-    for title, cells in (("Removed", diff.removed), ("Added", diff.added)):
+    if left is not None:
+        lines += left
+    listed = [("Removed", diff.removed), ("Added", diff.added)]
+    if left is not None:  # a covering's diff: thousands of cells; the ones that did not pass
+        passed = sum(c.outcome is Outcome.PASS for c in diff.added)
+        listed = [
+            (
+                f"Added ({passed} more passing, not listed)",
+                [c for c in diff.added if c.outcome is not Outcome.PASS],
+            )
+        ]
+    for title, cells in listed:
         if cells:
             lines += ["", f"{title}:"]
             lines += [f"  {c.id}: {c.outcome}" for c in cells]

@@ -19,6 +19,7 @@ from typing import Any
 from conformance.findings import Finding
 from conformance.outcome import FAILING, CellResult, first_line
 from conformance.report.diff import diff_runs
+from conformance.report.rules import ruled_cells
 from conformance.report.tables import Table, feature_table
 
 
@@ -89,7 +90,7 @@ def feature_history(tables: Sequence[Published]) -> tuple[Table, int]:
     versions = [t.version for t in tables]
     words: dict[tuple[str, str], list[str]] = defaultdict(lambda: ["unknown"] * len(tables))
     for i, table in enumerate(tables):
-        headers, body = feature_table(table.cells, {})
+        headers, body = feature_table(table.cells + ruled_cells(table.environment), {})
         for row in body:
             for feature, word in zip(headers[1:], row[1:]):
                 words[(row[0], feature)][i] = word
@@ -103,12 +104,30 @@ def changed_cells(old: Published, new: Published) -> Table:
     the first line of the detail that says why (the new one's; the old one's where it passes now)."""
     d = diff_runs(old.cells, new.cells)
     body: list[list[str]] = []
+    if _profile(old) != _profile(new):  # another selection of cells: only the shared ones compare
+        body.append(
+            [
+                f"(profiles differ: {_profile(old)} -> {_profile(new)}; {len(d.added)} cells only in "
+                f"{new.version} and {len(d.removed)} only in {old.version} are not listed)",
+                "",
+                "",
+                "",
+            ]
+        )
+        d.added, d.removed = [], []
     for before, after in [*d.regressed, *d.improved, *d.changed]:
         why = after.detail if after.outcome in FAILING else before.detail
         body.append([after.id, before.outcome.value, after.outcome.value, first_line(why)])
     body += [[c.id, "(no cell)", c.outcome.value, first_line(c.detail)] for c in d.added]
     body += [[c.id, c.outcome.value, "(no cell)", ""] for c in d.removed]
     return ["cell", old.version, new.version, "why (first line of the detail)"], body
+
+
+def _profile(table: Published) -> str:
+    """What selected a table's cells: its profile, and how (a covering, or the product)."""
+    profile = table.environment.get("profile") or {}
+    how = "a covering" if profile.get("covering") else "the product"
+    return f"{table.environment.get('matrix', '?')} ({how})"
 
 
 def explained_counts(tables: Sequence[Published], findings: Sequence[Finding]) -> dict[str, list[int]]:

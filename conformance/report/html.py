@@ -22,6 +22,7 @@ from conformance.outcome import FAILING, CellResult, Outcome, first_line
 from conformance.report import tables
 from conformance.report.environment import supplement_sentences
 from conformance.report.impact import judge_cells
+from conformance.report.rules import ruled_cells
 
 FILTER_AXES = (
     "check",
@@ -57,6 +58,7 @@ SUPPORT_COLOURS = {
     "corrupts": "#e06666",
     "loses": "#ea9999",
     "drifts": "#fbe3a8",
+    "diverges": "#fdf1cf",
     "refuses": "#f5c99b",
     "crashes": COLOURS["crash"],
     "hangs": COLOURS["hang"],
@@ -247,7 +249,7 @@ def render_html(
     )
     css += "".join(f".w-{k} {{ background: {v}; }}" for k, v in SUPPORT_COLOURS.items())
     legend = "".join(f'<li><span class="o-{k}">{k}</span>: {esc(v)}</li>' for k, v in LEGEND.items())
-    extra = _grids(cells, known, findings or [])
+    extra = _grids(cells + ruled_cells(environment), known, findings or [])
     env = environment
     title = f"Checkpoint conformance: torch {env.get('torch')} on {env.get('backend')} ({env.get('device')})"
     meta = ". ".join(

@@ -14,6 +14,7 @@ from conformance.observed import IMPACTS
 from conformance.outcome import NEVER_EXPECTED, CellResult, Outcome, first_line
 from conformance.report.environment import supplement_sentences
 from conformance.report.impact import Judged, judge_cells
+from conformance.report.rules import is_rule, ruled_cells
 from conformance.report.summary_md import (
     checks_section,
     findings_section,
@@ -55,8 +56,36 @@ def _profile(env: dict[str, Any]) -> list[str]:
     profile = env.get("profile")
     if not profile:
         return []
-    how = "a covering profile: " if profile.get("covering") else ""
-    return [f"The profile `{env.get('matrix')}`: {how}{profile['description']}.", ""]
+    lines = [f"The profile `{env.get('matrix')}`: {profile['description']}."]
+    if profile.get("covering"):
+        lines.append(
+            f"Its cells cover {profile['covering']}: a sample of each table row's cells, so a word "
+            "below is over the cells that ran (one cell per row and feature at least, a cell a "
+            "finding names first); the declaration's product (`--matrix "
+            f"{profile.get('declares', 'default')}-product`) or `full` runs every cell."
+        )
+    return [" ".join(lines), ""]
+
+
+def _rules(env: dict[str, Any]) -> list[str]:
+    """The unsupported cells the run folded into rules (report.rules), counted per reason."""
+    folded = env.get("unsupported") or {}
+    if not folded.get("cells"):
+        return []
+    by_reason: dict[str, int] = {}
+    for rule in folded["rules"]:
+        by_reason[rule["reason"]] = by_reason.get(rule["reason"], 0) + rule["cells"]
+    lines = [
+        f"Unsupported by design, not rows: {folded['cells']} cells of the profile's declaration, "
+        f"under {len(by_reason)} reasons (the most cells first; every rule with its check in "
+        "results.json, `environment.unsupported`):",
+        "",
+    ]
+    top = sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0]))
+    lines += [f"- {n}: {first_line(reason)}" for reason, n in top[:12]]
+    if len(top) > 12:
+        lines.append(f"- ... {len(top) - 12} more reasons, {sum(n for _, n in top[12:])} cells")
+    return [*lines, ""]
 
 
 def _cost(env: dict[str, Any]) -> list[str]:
@@ -72,7 +101,7 @@ def _cost(env: dict[str, Any]) -> list[str]:
 def _deprecated(cells: list[CellResult], findings: list[Finding]) -> set[str]:
     """The strategies (feature-table rows) whose cells call a deprecated API (a finding says)."""
     marked = [f for f in findings if f.marks]
-    return {config(c) for c in cells if any(f.covers(c) for f in marked)}
+    return {config(c) for c in cells if not is_rule(c) and any(f.covers(c) for f in marked)}
 
 
 def _summary(cells: list[CellResult], known: Mapping[str, Any], judged: Mapping[str, Judged]) -> list[str]:
@@ -187,6 +216,7 @@ def render_markdown(
         *(line for sentence in supplement_sentences(env) for line in (sentence, "")),
         "Outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
         "",
+        *_rules(env),
         LEGEND,
         "",
     ]
@@ -198,13 +228,13 @@ def render_markdown(
         ]
     judged = judge_cells(cells, findings)
     lines += harness_errors(cells)
-    lines += _summary(cells, known, judged)
+    lines += _summary(cells + ruled_cells(env), known, judged)
     described = env.get("strategy_descriptions") or {}
     if described:
         lines += ["Registered strategies (rows of their own):", ""]
         lines += [f"- `{name}`: {text}" for name, text in sorted(described.items())]
         lines.append("")
-    lines += _features(cells, known, findings, judged)
+    lines += _features(cells + ruled_cells(env), known, findings, judged)
     lines += findings_section(cells, findings, judged)
     ordered = sorted(cells, key=lambda c: c.id)
     lines += checks_section(cells)

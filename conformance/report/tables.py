@@ -134,7 +134,7 @@ def counts_for(feature: Feature, cell: CellResult) -> str:
 
 SUPPORT_WORDS = {
     "yes": "every cell of the feature that ran passed",
-    "corrupts, loses, drifts, refuses, crashes, hangs": "no cell that ran passed; the word is how bad "
+    "corrupts, loses, drifts, diverges, refuses, crashes, hangs": "no cell that ran passed; the word is how bad "
     "the worst of their differences is (conformance.observed.IMPACTS), with where it holds when "
     "that is not everywhere (CPU only) and the finding behind it",
     "partial p/n, <impact>": "p of the n cells that ran passed; the worst of the others",
@@ -184,10 +184,18 @@ NO_FEATURE_CELLS = (
 )
 
 
+# The axes of a stand-in for an answer of folded unsupported cells (report.rules.ruled_cells).
+RULE_ROW, RULE_FEATURE = "rule_row", "rule_feature"
+
+
 def feature_cells(cells: list[CellResult]) -> dict[tuple[str, str], list[CellResult]]:
-    """(strategy row, feature) -> the cells that test it."""
+    """(strategy row, feature) -> the cells that test it (a stand-in of a folded rule: the
+    answer it stands for)."""
     tested: dict[tuple[str, str], list[CellResult]] = defaultdict(list)
     for cell in cells:
+        if RULE_ROW in cell.axes:
+            tested[(str(cell.axes[RULE_ROW]), str(cell.axes[RULE_FEATURE]))].append(cell)
+            continue
         for check, feature in features():
             if check_of(cell) == check and feature.selects(cell.axes):
                 tested[(counts_for(feature, cell), feature.name)].append(cell)

@@ -14,6 +14,7 @@ from conformance.report.findings_md import render_findings
 from conformance.report.html import render_html
 from conformance.report.markdown import render_markdown, warm_world_reruns
 from conformance.report.results import results_document, write_results
+from conformance.report.rules import folded_into
 
 
 def outcome_summary(results: list[CellResult]) -> str:
@@ -41,7 +42,7 @@ def write_reports(
 ) -> None:
     """results.json, matrix.md, matrix.html, and FINDINGS.md when there are findings
     (default: reports/findings.toml of this checkout)."""
-    results = sorted(results, key=lambda r: r.id)
+    env, results = folded_into(env, sorted(results, key=lambda r: r.id))
     findings = load_findings() if findings is None else findings
     write_results(out / "results.json", results_document(env, results))
     known = known_failures(results, baseline)

@@ -1,0 +1,68 @@
+"""Unsupported is a rule, not a row (conformance.report.rules): a published run counts its
+unsupported cells per (check, reason) and keeps the feature-table answers they give, never the
+cells; the tables still say `unsupported` where only such cells answer; the diff compares the
+counts. Each assertion can fail: a fold that kept the rows, or lost an answer, is caught."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conformance.matrix import cells, unsupported_reason
+from conformance.outcome import CellResult, Outcome
+from conformance.report.rules import fold, folded_into, render_rule_changes, ruled_cells
+from conformance.report.tables import feature_table
+from conformance.report.write import write_reports
+
+ENV = {"torch": "2.13.0", "backend": "gloo", "device": "cpu", "matrix": "default-product"}
+
+
+def _result(case, outcome: Outcome, detail: str = "d") -> CellResult:  # type: ignore[no-untyped-def]
+    return CellResult(case.id, {**case.axes(), "backend": "gloo"}, outcome, detail, 0.1)
+
+
+def _corrupt_cells() -> list[CellResult]:
+    return [
+        _result(c, Outcome.UNSUPPORTED, reason)
+        if (reason := unsupported_reason(c))
+        else _result(c, Outcome.PASS)
+        for c in cells("default-product", "corrupt")
+    ]
+
+
+def test_the_fold_counts_unsupported_cells_per_rule_and_keeps_none() -> None:
+    results = _corrupt_cells()
+    unsupported = [c for c in results if c.outcome is Outcome.UNSUPPORTED]
+    kept, rules = fold(results)
+    assert unsupported and not [c for c in kept if c.outcome is Outcome.UNSUPPORTED]
+    assert len(kept) == len(results) - len(unsupported)
+    assert rules["cells"] == len(unsupported) == sum(r["cells"] for r in rules["rules"])
+    assert {r["reason"] for r in rules["rules"]} == {c.detail for c in unsupported}
+
+
+def test_a_feature_only_unsupported_cells_answer_stays_unsupported_in_the_table() -> None:
+    results = _corrupt_cells()
+    before = feature_table(results, {})
+    env, kept = folded_into(dict(ENV), results)
+    after = feature_table(kept + ruled_cells(env), {})
+    bare = feature_table(kept, {})  # without the rules: those answers would read "unknown"
+    assert after == before
+    assert bare != before and "unsupported" in str(before[1]) and "unsupported" not in str(bare[1])
+
+
+def test_results_json_has_no_unsupported_row_and_the_page_says_the_rules(tmp_path: Path) -> None:
+    write_reports(tmp_path, dict(ENV), _corrupt_cells(), findings=[])
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["cells"] and not [c for c in data["cells"] if c["outcome"] == "unsupported"]
+    assert data["environment"]["unsupported"]["cells"] > 0
+    assert "Unsupported by design, not rows:" in (tmp_path / "matrix.md").read_text()
+
+
+def test_the_diff_says_which_rules_changed_their_count() -> None:
+    results = _corrupt_cells()
+    env, kept = folded_into(dict(ENV), results)
+    assert render_rule_changes(env, kept, env, kept) == []
+    moved = next(c for c in results if c.outcome is Outcome.UNSUPPORTED)
+    env2, kept2 = folded_into(dict(ENV), [c for c in results if c.id != moved.id])
+    lines = render_rule_changes(env, kept, env2, kept2)
+    assert lines and any("-> " in line and moved.detail.splitlines()[0][:30] in line for line in lines)
