@@ -104,16 +104,7 @@ def changed_cells(old: Published, new: Published) -> Table:
     the first line of the detail that says why (the new one's; the old one's where it passes now)."""
     d = diff_runs(old.cells, new.cells)
     body: list[list[str]] = []
-    if _profile(old) != _profile(new):  # another selection of cells: only the shared ones compare
-        body.append(
-            [
-                f"(profiles differ: {_profile(old)} -> {_profile(new)}; {len(d.added)} cells only in "
-                f"{new.version} and {len(d.removed)} only in {old.version} are not listed)",
-                "",
-                "",
-                "",
-            ]
-        )
+    if step_note(old, new):  # another selection of cells: only the shared ones compare
         d.added, d.removed = [], []
     for before, after in [*d.regressed, *d.improved, *d.changed]:
         why = after.detail if after.outcome in FAILING else before.detail
@@ -121,6 +112,16 @@ def changed_cells(old: Published, new: Published) -> Table:
     body += [[c.id, "(no cell)", c.outcome.value, first_line(c.detail)] for c in d.added]
     body += [[c.id, c.outcome.value, "(no cell)", ""] for c in d.removed]
     return ["cell", old.version, new.version, "why (first line of the detail)"], body
+
+
+def step_note(old: Published, new: Published) -> str:
+    """What a step between two tables of different profiles compares (empty: the same profile)."""
+    if _profile(old) == _profile(new):
+        return ""
+    return (
+        f"The profiles differ ({_profile(old)} -> {_profile(new)}): only the cells both tables ran "
+        "are compared; a cell only one of them has is no change."
+    )
 
 
 def _profile(table: Published) -> str:
@@ -163,7 +164,7 @@ class SeriesHistory:
     tables: list[Published]
     features: Table
     stable: int
-    steps: list[tuple[str, str, Table]]  # (old version, new version, changed cells)
+    steps: list[tuple[str, str, Table, str]]  # (old version, new version, changed cells, note)
     findings: Table
 
 
@@ -171,7 +172,10 @@ def histories(tables: Sequence[Published], findings: Sequence[Finding]) -> list[
     out = []
     for name, series in series_of(tables).items():
         features, stable = feature_history(series)
-        steps = [(a.version, b.version, changed_cells(a, b)) for a, b in itertools.pairwise(series)]
+        steps = [
+            (a.version, b.version, changed_cells(a, b), step_note(a, b))
+            for a, b in itertools.pairwise(series)
+        ]
         out.append(SeriesHistory(name, series, features, stable, steps, finding_versions(series, findings)))
     return out
 

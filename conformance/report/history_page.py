@@ -60,8 +60,9 @@ def render_history_markdown(series: Sequence[SeriesHistory]) -> str:
             f"{differ} (strategy row, feature) entries differ between versions, {s.stable} are the same.",
             "",
         ]
-        for old, new, changed in s.steps:
+        for old, new, changed, note in s.steps:
             lines += [f"### {old} -> {new}: {len(changed[1])} cells changed", ""]
+            lines += [note, ""] if note else []
             if changed[1]:
                 lines += [_md(_moves(changed)), ""]
         lines += ["### Findings by version", "", _md(s.findings), ""]
@@ -128,10 +129,11 @@ def render_index_html(tables: Sequence[Published], series: Sequence[SeriesHistor
             f"<h3>Features that differ ({s.stable} entries are the same in every version)</h3>",
             _html_table(s.features),
         ]
-        for old, new, changed in s.steps:
+        for old, new, changed, note in s.steps:
             parts += [
                 f"<h3>{html.escape(old)} -&gt; {html.escape(new)}: {len(changed[1])} cells changed</h3>"
             ]
+            parts += [f'<p class="why">{html.escape(note)}</p>'] if note else []
             parts += [_html_table(changed)]
         parts += ["<h3>Findings by version</h3>", _html_table(s.findings)]
     parts.append("</body></html>")
