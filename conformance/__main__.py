@@ -171,22 +171,15 @@ def _descriptions(names: dict[str, object]) -> dict[str, str]:
 
 def _declared_unsupported(environment: dict[str, Any], ran: set[str]) -> list[CellResult]:
     """A covering profile's table: the unsupported cells of its declaration, from this suite's
-    matrix and the strategies the table ran (as the run folds them: plugin.results)."""
+    matrix and the strategies the table ran, as the run folds them (plugin.results)."""
     from conformance.matrix import PROFILES
     from conformance.matrix.cells import declared_unsupported
-    from conformance.outcome import Outcome
     from conformance.strategy.registry import build_registry
 
-    profile = PROFILES.get(str(environment.get("matrix")))
-    if profile is None or profile.covering is None:
+    if str(environment.get("matrix")) not in PROFILES:
         return []
     registry = build_registry(["builtin", *sorted(environment.get("strategies") or {})])
-    backend = str(environment.get("backend"))
-    return [
-        CellResult(cell.id, {**cell.axes(), "backend": backend}, Outcome.UNSUPPORTED, reason, 0.0)
-        for cell, reason in declared_unsupported(registry, profile.name)
-        if cell.id not in ran
-    ]
+    return declared_unsupported(registry, str(environment["matrix"]), str(environment.get("backend")), ran)
 
 
 def _diff(old_path: Path, new_path: Path) -> int:

@@ -10,10 +10,11 @@ from typing import Any
 from conformance.case import Case, Transfer
 from conformance.check.registry import CHECKS
 from conformance.findings import load_findings
-from conformance.matrix.costs import load_costs
+from conformance.matrix.costs import Costs, load_costs
 from conformance.matrix.covering import cover
 from conformance.matrix.profiles import PROFILES, Profile
 from conformance.matrix.rules import transfer_unsupported_reason, unsupported_reason
+from conformance.outcome import CellResult, Outcome
 from conformance.strategy.registry import RegisteredStrategy, Registry
 
 FULL = "full"  # the declaration a covering chooses from
@@ -44,7 +45,7 @@ def cells(profile: str, check: str) -> list[Case] | list[Transfer]:
 @functools.cache
 def covered(profile: str, check: str) -> list[Case] | list[Transfer]:
     """A covering profile's built-in cells of a check (conformance.matrix.covering): chosen from
-    the supported cells of the full declaration within the covering's world sizes, presets one
+    the supported cells of the full declaration, presets one
     cell per (feature-table row, feature) and each finding's witness of the profile's own
     declaration; a transfer check's are the declaration's."""
     declared = _check(check).cells(_profile(profile).declares)
@@ -62,12 +63,11 @@ def _choose(
     why_not: Callable[[Case], str | None],
     strength: int,
 ) -> list[Case]:
-    sizes = _profile(profile).covering.world_sizes  # type: ignore[union-attr]
+    costs = load_costs()
     run = [c for c in declared if not why_not(c)]
     supported = [c for c in full if not why_not(c)]
-    presets = feature_presets(check, run) + witnesses(run + supported)
-    universe = [c for c in supported if sizes is None or c.world_size in sizes]
-    return cover(universe + presets, presets, strength=strength)
+    presets = feature_presets(check, run, costs) + witnesses(run + supported)
+    return cover(supported + presets, presets, costs, strength)
 
 
 def witnesses(cells: list[Case]) -> list[Case]:
@@ -77,14 +77,14 @@ def witnesses(cells: list[Case]) -> list[Case]:
     return sorted({c for c in cells if c.id in named}, key=lambda c: c.id)
 
 
-def feature_presets(check: str, run: list[Case]) -> list[Case]:
+def feature_presets(check: str, run: list[Case], costs: Costs | None = None) -> list[Case]:
     """One cell per (table row, feature) that the cells answer: a row of the full "what works"
     table is a strategy, layout, API and storage, so each word of it (and of the summary rows
     above it) keeps a cell. Of a row's cells, one that a finding names comes first, so that a
     word a finding explains keeps a cell that shows it; then the cheapest (costs.json), then the
     first by id."""
     named = [f for f in load_findings() if not f.marks]
-    costs = load_costs()
+    costs = costs or load_costs()
     chosen: dict[tuple[str, ...], Case] = {}
     for cell in sorted(run, key=lambda c: (not any(f.names(c.id) for f in named), costs.of(c), c.id)):
         axes = cell.axes()
@@ -174,13 +174,17 @@ def why_unsupported(registry: Registry, cell: Case | Transfer) -> str | None:
     return transfer_unsupported_reason(cell) if isinstance(cell, Transfer) else unsupported_reason(cell)
 
 
-def declared_unsupported(registry: Registry, profile: str) -> list[tuple[Case | Transfer, str]]:
-    """The cells of a profile's declaration that are unsupported by design, with the reason: what
-    a covering profile's run folds into rules without ever enumerating them (report.rules)."""
-    out: list[tuple[Case | Transfer, str]] = []
+def declared_unsupported(registry: Registry, profile: str, backend: str, ran: set[str]) -> list[CellResult]:
+    """A covering profile's run: the cells of its declaration that are unsupported by design and
+    not among `ran`, as results with their reason, to fold into rules (report.rules) without ever
+    enumerating them. Any other profile: none (its unsupported cells are cells of the run)."""
+    if not _profile(profile).covering:
+        return []
+    out: list[CellResult] = []
     for check in CHECKS:
         for cell in run_cells(registry, declared_profile(profile), check):
             reason = why_unsupported(registry, cell)
-            if reason:
-                out.append((cell, reason))
+            if reason and cell.id not in ran:
+                axes = {**cell.axes(), "backend": backend}
+                out.append(CellResult(cell.id, axes, Outcome.UNSUPPORTED, reason, 0.0))
     return out

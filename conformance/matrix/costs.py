@@ -55,9 +55,6 @@ class Costs:
                 return max(self.table[group], self.floor)
         return max(median(self.table.values()), self.floor) if self.table else 1.0
 
-    def digest(self) -> str:
-        return json.dumps(sorted(self.table.items()))
-
 
 def load_costs(path: Path = COSTS_FILE) -> Costs:
     """The committed table; without one every cell costs the same (a plain covering)."""

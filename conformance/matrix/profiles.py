@@ -13,18 +13,16 @@ from dataclasses import dataclass
 class Covering:
     """How a profile chooses its cells of a check whose cells are one configuration each:
     every pair of axis values and every (layout, API, storage) triple that a supported cell of
-    `full` within `world_sizes` (None: all) combines, at the least measured cost; presets: one
+    `full` combines, at the least measured cost; presets: one
     cell per feature-table answer and finding witness of the profile's declaration. Transfers
     (reshard, relayout, interop) are the declaration's own."""
 
-    world_sizes: tuple[int, ...] | None = None
     strength: int = 2  # 2: every pair of values; 1: every value (and every layout/API/storage triple)
 
     def says(self) -> str:
-        sizes = f" at {'/'.join(map(str, self.world_sizes))} ranks" if self.world_sizes else ""
         met = "every pair of axis values" if self.strength == 2 else "every axis value"
         return (
-            f"{met} and every (layout, API, storage) triple of the supported full product{sizes}, "
+            f"{met} and every (layout, API, storage) triple of the supported full product, "
             "at the least measured cost"
         )
 

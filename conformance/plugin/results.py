@@ -150,7 +150,7 @@ class ResultCollector:
         if baseline is not None:
             env["baseline"] = {"path": baseline.path, "sha256": baseline.sha256, "profile": baseline.profile}
         self.out = self.report_dir(backend)
-        folded = self._declared_unsupported(backend, {r.id for r in results}) if profile.covering else []
+        folded = self._declared_unsupported(backend, {r.id for r in results})
         write_reports(self.out, env, results + folded, baseline)
         if self.config.getoption("update_baseline"):
             header = (
@@ -176,12 +176,9 @@ class ResultCollector:
             or any("::" in a for a in args)
         ):
             return []
-        registry = self.config.stash[REGISTRY_KEY]
-        return [
-            CellResult(cell.id, {**cell.axes(), "backend": backend}, Outcome.UNSUPPORTED, reason, 0.0)
-            for cell, reason in declared_unsupported(registry, self.config.getoption("matrix"))
-            if cell.id not in ran
-        ]
+        return declared_unsupported(
+            self.config.stash[REGISTRY_KEY], self.config.getoption("matrix"), backend, ran
+        )
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         for line in self.gate_lines:

@@ -143,14 +143,17 @@ def repro_command(cell: CellResult) -> str:
     )
 
 
-def _grids(cells: list[CellResult], known: Mapping[str, Any], findings: list[Finding]) -> str:
+def _grids(
+    cells: list[CellResult], known: Mapping[str, Any], findings: list[Finding], ruled: list[CellResult]
+) -> str:
     """The feature x strategy table and the square save x load grid (interop), when the run
-    has those cells."""
+    has those cells. ruled: the answers of folded unsupported cells (report.rules.ruled_cells),
+    for the feature tables only."""
     words = "; ".join(f"{w}: {m}" for w, m in tables.SUPPORT_WORDS.items())
     meaning = "; ".join(f"{f.name}: {f.meaning}" for _, f in tables.features())
     judged = judge_cells(cells, findings)
-    features = tables.feature_table(cells, known, judged)
-    summary, folded = tables.summary_table(cells, known, judged)
+    features = tables.feature_table(cells + ruled, known, judged)
+    summary, folded = tables.summary_table(cells + ruled, known, judged)
     single = tables.one_cause_rows(cells, judged)
     out = []
     if summary[1] or folded:
@@ -249,7 +252,7 @@ def render_html(
     )
     css += "".join(f".w-{k} {{ background: {v}; }}" for k, v in SUPPORT_COLOURS.items())
     legend = "".join(f'<li><span class="o-{k}">{k}</span>: {esc(v)}</li>' for k, v in LEGEND.items())
-    extra = _grids(cells + ruled_cells(environment), known, findings or [])
+    extra = _grids(cells, known, findings or [], ruled_cells(environment))
     env = environment
     title = f"Checkpoint conformance: torch {env.get('torch')} on {env.get('backend')} ({env.get('device')})"
     meta = ". ".join(

@@ -14,7 +14,7 @@ from conformance.observed import IMPACTS
 from conformance.outcome import NEVER_EXPECTED, CellResult, Outcome, first_line
 from conformance.report.environment import supplement_sentences
 from conformance.report.impact import Judged, judge_cells
-from conformance.report.rules import is_rule, ruled_cells
+from conformance.report.rules import ruled_cells
 from conformance.report.summary_md import (
     checks_section,
     findings_section,
@@ -101,7 +101,7 @@ def _cost(env: dict[str, Any]) -> list[str]:
 def _deprecated(cells: list[CellResult], findings: list[Finding]) -> set[str]:
     """The strategies (feature-table rows) whose cells call a deprecated API (a finding says)."""
     marked = [f for f in findings if f.marks]
-    return {config(c) for c in cells if not is_rule(c) and any(f.covers(c) for f in marked)}
+    return {config(c) for c in cells if any(f.covers(c) for f in marked)}
 
 
 def _summary(cells: list[CellResult], known: Mapping[str, Any], judged: Mapping[str, Judged]) -> list[str]:
@@ -138,9 +138,14 @@ def _summary(cells: list[CellResult], known: Mapping[str, Any], judged: Mapping[
 
 
 def _features(
-    cells: list[CellResult], known: Mapping[str, Any], findings: list[Finding], judged: Mapping[str, Judged]
+    cells: list[CellResult],
+    known: Mapping[str, Any],
+    findings: list[Finding],
+    judged: Mapping[str, Judged],
+    ruled: list[CellResult],
 ) -> list[str]:
-    headers, rows = feature_table(cells, known, judged)
+    """ruled: the answers of folded unsupported cells (report.rules.ruled_cells), for the table."""
+    headers, rows = feature_table(cells + ruled, known, judged)
     deprecated = _deprecated(cells, findings)
     ran = [r for r in rows if not all(w in NOTHING_RAN for w in r[1:])]
     idle = sorted(r[0] for r in rows if all(w in NOTHING_RAN for w in r[1:]))
@@ -228,13 +233,14 @@ def render_markdown(
         ]
     judged = judge_cells(cells, findings)
     lines += harness_errors(cells)
-    lines += _summary(cells + ruled_cells(env), known, judged)
+    ruled = ruled_cells(env)
+    lines += _summary(cells + ruled, known, judged)
     described = env.get("strategy_descriptions") or {}
     if described:
         lines += ["Registered strategies (rows of their own):", ""]
         lines += [f"- `{name}`: {text}" for name, text in sorted(described.items())]
         lines.append("")
-    lines += _features(cells + ruled_cells(env), known, findings, judged)
+    lines += _features(cells, known, findings, judged, ruled)
     lines += findings_section(cells, findings, judged)
     ordered = sorted(cells, key=lambda c: c.id)
     lines += checks_section(cells)

@@ -65,20 +65,15 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def is_rule(cell: CellResult) -> bool:
-    """Whether a cell is a stand-in for a folded answer (ruled_cells), not a cell of the run."""
-    return RULE_ROW in cell.axes
-
-
 def ruled_cells(environment: dict[str, Any]) -> list[CellResult]:
     """Stand-ins for the feature-table answers the folded cells gave: one per (row, feature),
-    for the feature tables only (tables.feature_cells reads them; no check is theirs, so no
-    per-check grid shows them)."""
+    for the feature tables only (tables.feature_cells reads them); the renderers pass them to
+    those tables and nowhere else."""
     answers = (environment.get("unsupported") or {}).get("answers", [])
     return [
         CellResult(
             f"rule:{row}:{feature}",
-            {"check": "(rule)", RULE_ROW: row, RULE_FEATURE: feature},
+            {RULE_ROW: row, RULE_FEATURE: feature},
             Outcome.UNSUPPORTED,
             reason,
             0.0,
