@@ -24,6 +24,7 @@ from conformance.generated import model_specs, schedules, tp_model_specs
 from conformance.layout.builtin import builtin_strategy
 from conformance.layout.registry import layout_of
 from conformance.outcome import FAILING, RERUN_NOTE, CellResult, Outcome
+from conformance.precision.registry import is_default
 from conformance.strategy.registry import Registry
 from conformance.strategy.storage import STORAGES
 
@@ -131,7 +132,7 @@ def properties(profile: str, registry: Registry | None = None) -> list[Property]
             else:
                 if (
                     cell.world_size != 2
-                    or cell.precision != "fp32"
+                    or not is_default(cell.precision)
                     or cell.model != "mlp"
                     or unsupported_reason(cell)
                 ):

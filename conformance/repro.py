@@ -57,8 +57,8 @@ def _generated(cell_id: str, every: dict[str, Case | Transfer]) -> Case | Transf
     """A property example's cell: its profile cell (the same id with a fixed optimizer and the
     mlp), with the generated optimizer schedule and model of the id."""
     from conformance.generated import MODEL_PREFIX
+    from conformance.optim.registry import OPTIMIZERS
     from conformance.property import Property
-    from conformance.training import OPTIMIZERS
 
     tokens = cell_id.split("-")
     at = next((i for i, t in enumerate(tokens) if t.startswith(MODEL_PREFIX)), 0)

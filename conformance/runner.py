@@ -17,7 +17,9 @@ from conformance.layout.builtin import builtin_strategy
 from conformance.layout.registry import layout_of
 from conformance.matrix import refusal_reason, transfer_unsupported_reason, unsupported_reason
 from conformance.observed import Observed, from_detail
+from conformance.optim.registry import plugin_modules as optimizer_plugins
 from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome
+from conformance.precision.registry import plugin_modules as precision_plugins
 from conformance.strategy.registry import RegisteredStrategy
 from conformance.strategy.storage import STORAGES
 from conformance.world import CellPool
@@ -105,6 +107,12 @@ def _not_here(cell: Cell, backend: str, registered: RegisteredStrategy | None) -
 # What every rank of a pool's worlds imports once at start (WorldPool(preload=...)): the
 # round trip's modules, which almost every cell uses, so no cell pays for their import.
 RANK_PRELOAD: tuple[str, ...] = ("conformance.check.roundtrip",)
+
+
+def rank_preload() -> tuple[str, ...]:
+    """RANK_PRELOAD and the plugin modules that registered an axis value (an optimizer, a precision): a rank
+    finds a plugin's value only once it has imported the module that registers it."""
+    return (*RANK_PRELOAD, *optimizer_plugins(), *precision_plugins())
 
 
 def run_case(

@@ -1,5 +1,5 @@
-"""The optimizers and schedulers of the matrix, and deterministic training owned by the harness
-(the models: conformance.models).
+"""Deterministic training owned by the harness (the models: conformance.models; the optimizers:
+conformance.optim).
 
 Batches are seeded from (cell seed, rank, step) so every run of a cell sees the same data,
 whatever the strategy under test does with its RNG.
@@ -7,8 +7,6 @@ whatever the strategy under test does with its RNG.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,46 +16,11 @@ from conformance.case import Case
 from conformance.generated import ScheduleSpec, is_generated_optimizer
 from conformance.layout.registry import layout_of
 from conformance.models import has_idle_parameters, model_class
+from conformance.optim.registry import optimizer_of
 from conformance.world import RankContext
 from conformance.world.attribution import code_under_test
 
 TRAIN_STEPS = 3
-
-
-@dataclass(frozen=True)
-class OptimizerSpec:
-    """An optimizer axis value: the optimizer, whether parameters go in two groups with
-    different hyperparameters, and whether an LR scheduler (saved too) drives it."""
-
-    make: Callable[[list[dict]], torch.optim.Optimizer]
-    groups: bool = False
-    scheduler: bool = False
-
-
-OPTIMIZERS: dict[str, OptimizerSpec] = {
-    "sgd": OptimizerSpec(lambda groups: torch.optim.SGD(groups, lr=1e-2, momentum=0.9)),
-    "adam": OptimizerSpec(lambda groups: torch.optim.Adam(groups, lr=1e-2)),
-    "adamw": OptimizerSpec(
-        lambda groups: torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.01)
-    ),
-    "adamw+groups": OptimizerSpec(
-        lambda groups: torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.01), groups=True
-    ),
-    "adamw+sched": OptimizerSpec(
-        lambda groups: torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.01),
-        scheduler=True,
-    ),
-}
-
-
-def optimizer_spec(name: str) -> OptimizerSpec:
-    """A fixed optimizer axis value, or a generated schedule's (adamw_lr0.03_s2, ...)."""
-    if name in OPTIMIZERS:
-        return OPTIMIZERS[name]
-    if is_generated_optimizer(name):
-        schedule = ScheduleSpec.parse(name)
-        return OptimizerSpec(schedule.make, scheduler=schedule.scheduler)
-    raise ValueError(f"unknown optimizer {name!r}; known: {sorted(OPTIMIZERS)} and generated ones")
 
 
 def train_steps(optimizer: str) -> int:
@@ -68,7 +31,7 @@ def train_steps(optimizer: str) -> int:
 def build_optimizer(
     name: str, model: nn.Module
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler | None]:
-    spec = optimizer_spec(name)
+    spec = optimizer_of(name)
     frozen_too = has_idle_parameters(model)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad or frozen_too]
     params = [p for _, p in named]

@@ -33,6 +33,7 @@ from conformance.layout.builtin import builtin_strategy
 from conformance.models import build_model
 from conformance.observed import verdict
 from conformance.outcome import Outcome
+from conformance.precision.registry import mixed_precisions
 from conformance.strategy.under_test import strategy_under_test
 from conformance.world import RankContext
 
@@ -143,7 +144,11 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
 # Every model: each rule (tied aliases, non-persistent buffers, BatchNorm buffers, frozen and
 # idle layers) has a model on which it can fail.
 HYGIENE_SLICE = Slice(
-    "key hygiene", MAIN_WRAPPERS, precisions=("bf16", "fp32"), kinds=("full",), models=MODELS
+    "key hygiene",
+    MAIN_WRAPPERS,
+    precisions=lambda: (*mixed_precisions(), "fp32"),
+    kinds=("full",),
+    models=MODELS,
 )
 HYGIENE_CI_APIS = ("dsd_full", "sd_full", "sd_full_rank0")
 HYGIENE_CI_SLICE = dataclasses.replace(HYGIENE_SLICE, apis=HYGIENE_CI_APIS, models=("mlp",))

@@ -16,16 +16,17 @@ from conformance.check.slices import (
     MAIN_WRAPPERS,
     MODELS,
     ONE_D_WRAPPERS,
-    OPTIMIZERS,
     PP_FSDP_WRAPPERS,
     TP_WRAPPERS,
     Slice,
 )
+from conformance.optim.registry import DEFAULT_OPTIMIZER, optimizer_names
+from conformance.precision.registry import is_default, mixed, mixed_precisions
 
 FLAT_WRAPPERS_AND_APIS = Slice("every 1-D wrapper x API x storage", ONE_D_WRAPPERS)
 HSDP_WRAPPERS_AND_APIS = Slice("HSDP x API x storage", HSDP_WRAPPERS)
 OPTIMIZER_SLICE = Slice(
-    "optimizers", MAIN_WRAPPERS, ("dsd_sharded", "sd_full", "sd_sharded"), optimizers=OPTIMIZERS
+    "optimizers", MAIN_WRAPPERS, ("dsd_sharded", "sd_full", "sd_sharded"), optimizers=optimizer_names
 )
 MODEL_SLICE = Slice(
     "models", MAIN_WRAPPERS, ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"), models=MODELS
@@ -42,7 +43,7 @@ PRECISION_SLICE = Slice(
     "bf16 mixed precision",
     MAIN_WRAPPERS,
     ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"),
-    precisions=("bf16",),
+    precisions=mixed_precisions,
 )
 # FSDP.optim_state_dict with the optimizer's state offloaded (its default) against without
 # (sd_full): on CPU, offloading hands back exp_avg equal to exp_avg_sq under use_orig_params.
@@ -91,18 +92,20 @@ HSDP_TP_SLICE = Slice("HSDP + TP", HSDP_TP_WRAPPERS, ("dsd_full", "dsd_sharded")
 
 
 def _basic(axes: Any) -> bool:
-    return axes["model"] == "mlp" and axes["precision"] == "fp32" and axes["world_size"] != 4
+    return axes["model"] == "mlp" and is_default(axes["precision"]) and axes["world_size"] != 4
 
 
 # The round trip's columns of the feature table.
 FEATURES: tuple[Feature, ...] = (
     Feature(
-        "round trip", "the mlp with AdamW at 1-2 ranks", lambda a: _basic(a) and a["optimizer"] == "adamw"
+        "round trip",
+        "the mlp with AdamW at 1-2 ranks",
+        lambda a: _basic(a) and a["optimizer"] == DEFAULT_OPTIMIZER,
     ),
     Feature(
         "optimizers",
         "SGD, Adam, two param groups, an LR scheduler",
-        lambda a: _basic(a) and a["optimizer"] != "adamw",
+        lambda a: _basic(a) and a["optimizer"] != DEFAULT_OPTIMIZER,
     ),
     Feature("4 ranks", "the round trip at 4 ranks", lambda a: a["world_size"] == 4),
     Feature("tied weights", "tied input and output embeddings", lambda a: a["model"] == "tied_transformer"),
@@ -118,7 +121,7 @@ FEATURES: tuple[Feature, ...] = (
         "MoE experts on sub-groups, each under a name of its own (DCP's advised layout)",
         lambda a: a["model"] == "moe_named",
     ),
-    Feature("bf16", "mixed precision keeps fp32 in the checkpoint", lambda a: a["precision"] == "bf16"),
+    Feature("bf16", "mixed precision keeps fp32 in the checkpoint", lambda a: mixed(a["precision"])),
     # the parallel layouts, a column each (docs/layouts.md): a family's row says how it fares
     # under each
     Feature(

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from conformance.case import Case
 from conformance.layout.registry import LAYOUTS
+from conformance.optim.registry import DEFAULT_OPTIMIZER
 from conformance.strategy.storage import STORAGES as STORAGE_OBJECTS
 
 # The data-parallel layouts (conformance.layout): on one mesh dimension, and HSDP's 2-D ones.
@@ -53,7 +55,6 @@ STORAGES: tuple[str, ...] = tuple(sorted(STORAGE_OBJECTS))
 ONE_FILE_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].one_file_by_rank0)
 PER_RANK_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].per_rank)
 IN_PLACE_STORAGES = tuple(n for n in STORAGES if STORAGE_OBJECTS[n].loads_in_place)
-OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "adamw+groups", "adamw+sched", "sgd")
 MODELS: tuple[str, ...] = (
     "bn_frozen",
     "frozen_idle",
@@ -68,6 +69,13 @@ EXPERT_MODELS = ("moe", "moe_named")
 MAIN_APIS: tuple[str, ...] = ("dsd_full", "dsd_sharded", "sd_full", "sd_local", "sd_sharded")
 
 
+Values = tuple[str, ...] | Callable[[], tuple[str, ...]]
+
+
+def _values(values: Values) -> tuple[str, ...]:
+    return values() if callable(values) else values
+
+
 @dataclass(frozen=True)
 class Slice:
     """A product of axis values. apis None: every API the wrapper's family has."""
@@ -76,9 +84,11 @@ class Slice:
     wrappers: tuple[tuple[str, str], ...]
     apis: tuple[str, ...] | None = None
     storages: tuple[str, ...] = STORAGES
-    optimizers: tuple[str, ...] = ("adamw",)
+    # an axis's values: a tuple, or a function of the registry read when the cells are made (every
+    # registered optimizer, every mixed precision: a plugin's value joins the slice)
+    optimizers: Values = (DEFAULT_OPTIMIZER,)
     models: tuple[str, ...] = ("mlp",)
-    precisions: tuple[str, ...] = ("fp32",)
+    precisions: Values = ("fp32",)
     kinds: tuple[str, ...] | None = None  # only APIs of these state-dict kinds
 
     def cases(self, world_sizes: tuple[int, ...], check: str = "roundtrip") -> list[Case]:
@@ -87,7 +97,12 @@ class Slice:
             layout = LAYOUTS[(wrapper, sharding)]
             apis = [a for a in sorted(layout.apis) if self.apis is None or a in self.apis]
             for api, storage, optimizer, model, precision, ws in itertools.product(
-                apis, self.storages, self.optimizers, self.models, self.precisions, world_sizes
+                apis,
+                self.storages,
+                _values(self.optimizers),
+                self.models,
+                _values(self.precisions),
+                world_sizes,
             ):
                 case = Case(wrapper, sharding, api, storage, optimizer, model, ws, precision, check)
                 if self.kinds is None or case.kind in self.kinds:

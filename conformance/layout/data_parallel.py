@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conformance.layout.base import KEYED_BY_INDEX, KEYED_BY_INDEX_CONVERTED, Layout, expert_models
+from conformance.precision.registry import mixed
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.wrappers import DdpWrapper
 
@@ -23,7 +24,7 @@ LAYOUTS = (
                 "only need their own groups",
             ),
             (
-                {"precision": "bf16"},
+                {"precision": mixed},
                 "DDP has no mixed-precision setting: autocast leaves the fp32 parameters, and so the "
                 "checkpoint, unchanged",
             ),

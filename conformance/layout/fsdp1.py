@@ -6,12 +6,14 @@ from dataclasses import dataclass
 
 from conformance.case import Case
 from conformance.layout.base import Layout, Refusal
+from conformance.optim.registry import in_param_groups
+from conformance.precision.registry import precision_of
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.protocol import Wrapper
 from conformance.strategy.wrappers import Fsdp1Wrapper
 
 GROUPS_NEED_ORIG_PARAMS: Refusal = (
-    {"optimizer": "adamw+groups"},
+    {"optimizer": in_param_groups},
     "FSDP1 without use_orig_params gives the optimizer one flat parameter per unit: weights and "
     "biases cannot go in separate param groups",
 )
@@ -22,7 +24,7 @@ def fsdp1_wrapper(case: Case, use_orig_params: bool, hsdp_shape: tuple[int, int]
     return Fsdp1Wrapper(
         case.sharding,
         use_orig_params=use_orig_params,
-        bf16=case.precision == "bf16",
+        mixed=precision_of(case.precision).fsdp1,
         sync_module_states=getattr(api, "sync_module_states", False),
         hsdp_shape=hsdp_shape,
     )

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from conformance.case import Case
 from conformance.layout.base import Layout
+from conformance.precision.registry import precision_of
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.protocol import Wrapper
 from conformance.strategy.wrappers import Fsdp2Wrapper
 
 
 def fsdp2_wrapper(case: Case, **options: object) -> Wrapper:
-    return Fsdp2Wrapper(bf16=case.precision == "bf16", **options)  # type: ignore[arg-type]
+    return Fsdp2Wrapper(mixed=precision_of(case.precision).fsdp2, **options)  # type: ignore[arg-type]
 
 
 # FSDP2's CPUOffloadPolicy moves parameters to the device for compute and raises "Cannot access

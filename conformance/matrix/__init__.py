@@ -21,7 +21,6 @@ from conformance.check.slices import (
     MAIN_APIS,
     MAIN_WRAPPERS,
     MODELS,
-    OPTIMIZERS,
     STORAGES,
     Slice,
 )
@@ -44,6 +43,7 @@ from conformance.matrix.rules import (
     transfer_unsupported_reason,
     unsupported_reason,
 )
+from conformance.optim.registry import OPTIMIZERS
 
 __all__ = [
     "ALL_WRAPPERS",

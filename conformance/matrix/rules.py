@@ -27,7 +27,15 @@ class Rule:
 
     def matches(self, case: Case | Transfer) -> bool:
         axes = case.axes()
-        return all(axes[k] in (v if isinstance(v, tuple) else (v,)) for k, v in self.when.items())
+        return all(_holds(v, axes[k]) for k, v in self.when.items())
+
+
+def _holds(condition: Any, value: Any) -> bool:
+    """A rule's condition on one axis: a value, a tuple of values, or a predicate of the value
+    (an axis object's property: `mixed` for a precision, `in_param_groups` for an optimizer)."""
+    if callable(condition):
+        return bool(condition(value))
+    return value in (condition if isinstance(condition, tuple) else (condition,))
 
 
 _ONE_FILE = (

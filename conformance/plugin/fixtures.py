@@ -15,7 +15,7 @@ from conformance.layout.builtin import builtin_strategy
 from conformance.outcome import FAILING, CellResult, Outcome
 from conformance.plugin.shared import BACKEND_KEY, BASELINE_KEY, PROPERTY, REGISTRY_KEY, WORLDS_KEY
 from conformance.property import Property, run_property
-from conformance.runner import RANK_PRELOAD, cell_backend, harness_error, run_case
+from conformance.runner import cell_backend, harness_error, rank_preload, run_case
 from conformance.world import WorldPool
 from conformance.world.devices import visible_gpus
 
@@ -25,7 +25,7 @@ def world_pool(pytestconfig: pytest.Config) -> Iterator[WorldPool]:
     with WorldPool(
         start_timeout_s=pytestconfig.getoption("world_start_timeout"),
         fresh=pytestconfig.getoption("fresh_worlds"),
-        preload=RANK_PRELOAD,
+        preload=rank_preload(),
     ) as pool:
         yield pool
         pytestconfig.stash[WORLDS_KEY] = pool.started

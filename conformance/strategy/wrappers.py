@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from conformance.models import has_idle_parameters
+from conformance.precision.base import Dtypes
 from conformance.world import RankContext
 
 
@@ -99,7 +100,7 @@ class Fsdp1Wrapper:
 
     sharding: str  # a ShardingStrategy name, lower case
     use_orig_params: bool = False
-    bf16: bool = False
+    mixed: Dtypes | None = None  # MixedPrecision's keyword arguments (Precision.fsdp1)
     sync_module_states: bool = False  # broadcast rank 0's weights while wrapping
     hsdp_shape: tuple[int, int] | None = None  # HYBRID_SHARD*'s (replicate, shard) mesh
 
@@ -108,7 +109,7 @@ class Fsdp1Wrapper:
         from torch.distributed.fsdp import MixedPrecision
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-        mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16) if self.bf16 else None
+        mp = MixedPrecision(**dict(self.mixed)) if self.mixed is not None else None
         common = {
             "sharding_strategy": fsdp1_sharding_strategy(self.sharding),
             "device_id": ctx.device,
@@ -162,7 +163,7 @@ class Fsdp2Wrapper:
 
     hsdp: bool = False
     reshard_after_forward: bool = True
-    bf16: bool = False
+    mixed: Dtypes | None = None  # MixedPrecisionPolicy's keyword arguments (Precision.fsdp2)
     hsdp_shape: tuple[int, int] = (2, 1)  # the 2-D mesh's (replicate, shard)
     cpu_offload: bool = False  # offload_policy=CPUOffloadPolicy(): parameters live on the CPU
 
@@ -175,10 +176,8 @@ class Fsdp2Wrapper:
             else init_device_mesh(ctx.device.type, (ctx.world_size,))
         )
         kwargs: dict[str, object] = {"reshard_after_forward": self.reshard_after_forward}
-        if self.bf16:
-            kwargs["mp_policy"] = mixed_precision_policy_cls()(
-                param_dtype=torch.bfloat16, reduce_dtype=torch.float32
-            )
+        if self.mixed is not None:
+            kwargs["mp_policy"] = mixed_precision_policy_cls()(**dict(self.mixed))
         if self.cpu_offload:
             kwargs["offload_policy"] = cpu_offload_policy_cls()()
         model = model.to(ctx.device)

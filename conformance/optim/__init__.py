@@ -1,0 +1,1 @@
+"""The optimizer axis: one Optimizer object per value (conformance.optim.registry)."""

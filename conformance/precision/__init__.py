@@ -1,0 +1,1 @@
+"""The precision axis: one Precision object per value (conformance.precision.registry)."""
