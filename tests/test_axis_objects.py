@@ -45,6 +45,25 @@ def test_a_plugin_optimizer_and_precision_run_and_a_broken_optimizer_is_caught(t
     assert any("DDP has no mixed-precision setting" in r["reason"] for r in rules), rules
 
 
+def test_a_library_from_outside_the_package_runs(tmp_path: Path) -> None:
+    """tests/new_library_plugin.py: safetensors' save_model / load_model as a library row, one
+        file, every cell it declares run and bitwise (the property cells' generated models tie weights
+    too)."""
+    code, results, log = run_cases(
+        tmp_path,
+        "--strategy",
+        "tests.new_library_plugin:STRATEGY",
+        "--matrix",
+        "ci",
+        "-k",
+        "safetensors_model",
+    )
+    assert code == 0, log
+    ran = {i: o for i, o in outcomes(results).items() if o != "unsupported"}
+    assert len(ran) >= 8 and set(ran.values()) == {"pass"}, ran
+    assert any(i.startswith("resume-") for i in ran) and any(i.startswith("property-") for i in ran), ran
+
+
 def test_a_plugin_value_joins_the_slices_of_every_profile() -> None:
     """Lion joins the optimizers slice and bf16r32 the mixed-precision ones, in ci and in the
     covering default (which meets every pair of values, the new ones too)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ("check", "world", "matrix", "report")
+SHARED = ("check", "world", "matrix", "report", "optim", "precision")
 # the libraries with adapters, and what of theirs once leaked into shared code (DeepSpeed's
 # stages as whole words: torch's own FSDP1 strategy is hybrid_shard_zero2)
 LIBRARY_WORDS = (
