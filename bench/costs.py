@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from conformance.matrix.costs import COSTS_FILE, medians
+from conformance.report.results import read_results
 
 # Outcomes whose duration measures nothing of the cell's work.
 RAN_NOTHING = {"unsupported", "skip"}
@@ -27,10 +28,10 @@ def main() -> None:
     args = parser.parse_args()
     records = []
     for path in args.results:
-        for cell in json.loads(path.read_text())["cells"]:
-            if cell["outcome"] in RAN_NOTHING or "load_config" in cell["axes"]:
+        for cell in read_results(path)[1]:  # results.json or a published results.json.gz
+            if cell.outcome.value in RAN_NOTHING or "load_config" in cell.axes:
                 continue  # a transfer's cost is not one configuration's
-            records.append((cell["axes"], float(cell.get("duration_s") or 0.0)))
+            records.append((cell.axes, float(cell.duration_s or 0.0)))
     table = medians(records)
     args.out.write_text(
         json.dumps(

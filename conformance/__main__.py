@@ -14,14 +14,14 @@ from typing import Any
 
 from conformance.outcome import CellResult
 from conformance.report.markdown import render_markdown
-from conformance.report.results import read_results
+from conformance.report.results import GZIPPED, read_results, results_file
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     render = commands.add_parser("render", help="write matrix.md from a results.json (no re-run)")
-    render.add_argument("results", type=Path)
+    render.add_argument("results", type=Path, help="results.json, results.json.gz, or the folder holding one")
     render.add_argument("-o", "--output", type=Path, help="default: matrix.md beside the results")
     render.add_argument("--baseline", type=Path, help="mark the failures this baseline expects as known")
     render.add_argument("--findings", type=Path, help="findings data (default: reports/findings.toml)")
@@ -32,12 +32,19 @@ def main(argv: list[str] | None = None) -> int:
         "profile's table, the unsupported cells of its declaration): what a run writes since the fold",
     )
     diff = commands.add_parser("diff", help="compare two results.json: metadata, then changed cells")
+    render.add_argument(
+        "--gzip",
+        action="store_true",
+        help="with --fold: write the folded results gzipped (results.json.gz, as a published table keeps them)",
+    )
     diff.add_argument("old", type=Path)
     diff.add_argument("new", type=Path)
     history = commands.add_parser(
         "history", help="the published tables across torch versions: HISTORY.md and the index page"
     )
-    history.add_argument("results", type=Path, nargs="+", help="results.json of each published table")
+    history.add_argument(
+        "results", type=Path, nargs="+", help="each published table: its results.json(.gz) or its folder"
+    )
     history.add_argument("-o", "--output", type=Path, default=Path("reports/HISTORY.md"))
     history.add_argument("--index", type=Path, default=Path("reports/index.html"))
     history.add_argument("--findings", type=Path, help="findings data (default: reports/findings.toml)")
@@ -76,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     args = parser.parse_args(argv)
+    if args.command == "render":
+        args.results = results_file(args.results)
     if args.command == "diff":
         return _diff(args.old, args.new)
     if args.command in modules:
@@ -106,13 +115,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from conformance.report.rules import folded_into
 
-    if args.fold:
+    if args.fold and not environment.get("unsupported"):  # folded once already: never twice
         cells += _declared_unsupported(environment, {c.id for c in cells})
     environment, cells = folded_into(environment, cells)  # unsupported rows of an older run: rules
     if args.fold:
         from conformance.report.results import results_document, write_results
 
-        write_results(args.results, results_document(environment, cells))
+        target = args.results
+        if args.gzip and target.suffix != GZIPPED:
+            target = target.with_name(target.name + GZIPPED)
+        write_results(target, results_document(environment, cells))
+        if target != args.results:
+            args.results.unlink()
+        args.results = target
     if "strategy_descriptions" not in environment:  # results written before the run recorded them
         environment["strategy_descriptions"] = _descriptions(environment.get("strategies", {}))
     out = args.output or args.results.with_name("matrix.md")
@@ -143,7 +158,7 @@ def _history(
         except (OSError, ValueError, KeyError) as exc:
             print(f"cannot read {path}: {exc}", file=sys.stderr)
             return 2
-        tables.append(Published(path, environment, cells))
+        tables.append(Published(results_file(path), environment, cells))
     findings = load_findings(findings_path) if findings_path else load_findings()
     series = histories(tables, findings)
     output.parent.mkdir(parents=True, exist_ok=True)

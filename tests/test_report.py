@@ -85,6 +85,44 @@ def test_baseline_written_from_results_reads_back(tmp_path: Path) -> None:
     assert "setStorage" in loaded["fsdp2-dsd_full-dcp-adamw-mlp-w2"].reason
 
 
+def test_gzipped_results_read_transparently(tmp_path: Path) -> None:
+    """A published table keeps results.json.gz: read_results takes it, the folder, or the
+    results.json name it replaced; the gzip is the same bytes for the same document; render
+    --fold --gzip turns a table's results.json into its results.json.gz."""
+    from conformance.__main__ import main
+    from conformance.report.results import gzip_results, results_file
+
+    document = results_document(ENV, [cell(2, Outcome.FAIL, "x"), cell(1, Outcome.PASS, "ok")])
+    write_results(tmp_path / "a" / "results.json.gz", document)
+    write_results(tmp_path / "b" / "results.json.gz", document)
+    assert (tmp_path / "a/results.json.gz").read_bytes() == (tmp_path / "b/results.json.gz").read_bytes()
+    for name in ("a/results.json.gz", "a", "a/results.json"):
+        env, back = read_results(tmp_path / name)
+        assert env == ENV and len(back) == 2, name
+    assert results_file(tmp_path / "a") == tmp_path / "a/results.json.gz"
+
+    write_results(tmp_path / "c" / "results.json", document)
+    assert gzip_results(tmp_path / "c") == tmp_path / "c/results.json.gz"
+    assert not (tmp_path / "c/results.json").exists() and len(read_results(tmp_path / "c")[1]) == 2
+
+    write_results(tmp_path / "d" / "results.json", document)
+    assert main(["render", "--fold", "--gzip", str(tmp_path / "d" / "results.json")]) == 0
+    assert not (tmp_path / "d/results.json").exists()
+    assert len(read_results(tmp_path / "d/results.json.gz")[1]) == 2 and (tmp_path / "d/matrix.md").exists()
+
+
+def test_folding_a_folded_table_again_changes_nothing(tmp_path: Path) -> None:
+    """render --fold of a covering table already folded adds its declaration's unsupported cells
+    once, never again (they were counted twice once)."""
+    from conformance.__main__ import main
+
+    folded = {"cells": 3, "rules": [{"check": "roundtrip", "reason": "why", "cells": 3}], "answers": []}
+    env = {**ENV, "matrix": "default", "unsupported": folded}
+    write_results(tmp_path / "results.json", results_document(env, [cell(2, Outcome.PASS, "ok")]))
+    assert main(["render", "--fold", str(tmp_path / "results.json")]) == 0
+    assert read_results(tmp_path / "results.json")[0]["unsupported"] == folded
+
+
 def test_render_command_rebuilds_the_matrix_from_results(tmp_path: Path) -> None:
     from conformance.__main__ import main
 

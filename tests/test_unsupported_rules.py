@@ -66,3 +66,20 @@ def test_the_diff_says_which_rules_changed_their_count() -> None:
     env2, kept2 = folded_into(dict(ENV), [c for c in results if c.id != moved.id])
     lines = render_rule_changes(env, kept, env2, kept2)
     assert lines and any("-> " in line and moved.detail.splitlines()[0][:30] in line for line in lines)
+
+
+def test_the_history_says_when_cells_moved_between_supported_and_unsupported() -> None:
+    """history compares the run cells of two tables; a cell that became a rule (or stopped being
+    one) is no row there, so each step says how the rules' counts moved."""
+    from conformance.report.history import Published, rule_note
+
+    results = _corrupt_cells()
+    env, kept = folded_into(dict(ENV), results)
+    moved = next(c for c in results if c.outcome is Outcome.UNSUPPORTED)
+    env2, kept2 = folded_into(dict(ENV), [c for c in results if c.id != moved.id])
+    old = Published(Path("reports/torch-2.12.1-cpu-gloo/results.json.gz"), {**env, "torch": "2.12.1"}, kept)
+    new = Published(Path("reports/torch-2.13.0-cpu-gloo/results.json.gz"), env2, kept2)
+    assert rule_note(old, old) == ""
+    note = rule_note(old, new)
+    total = sum(r["cells"] for r in env["unsupported"]["rules"])
+    assert f"{total} -> {total - 1} cells; 1 rules changed" in note, note

@@ -19,7 +19,7 @@ from typing import Any
 from conformance.findings import Finding
 from conformance.outcome import FAILING, CellResult, first_line
 from conformance.report.diff import diff_runs
-from conformance.report.rules import ruled_cells
+from conformance.report.rules import rule_counts, ruled_cells
 from conformance.report.tables import Table, feature_table
 
 
@@ -124,6 +124,20 @@ def step_note(old: Published, new: Published) -> str:
     )
 
 
+def rule_note(old: Published, new: Published) -> str:
+    """How the cells unsupported by design moved between two tables (they are rules, not rows:
+    a cell that moves between supported and unsupported shows here and in `conformance diff`)."""
+    before = rule_counts(old.environment, old.cells)
+    after = rule_counts(new.environment, new.cells)
+    changed = [k for k in before.keys() | after.keys() if before[k] != after[k]]
+    if not changed:
+        return ""
+    return (
+        f"Unsupported by design: {sum(before.values())} -> {sum(after.values())} cells; {len(changed)} "
+        f"rules changed their count (`python -m conformance diff {old.path} {new.path}` lists them)."
+    )
+
+
 def _profile(table: Published) -> str:
     """What selected a table's cells: its profile, and how (a covering, or the product)."""
     profile = table.environment.get("profile") or {}
@@ -173,7 +187,12 @@ def histories(tables: Sequence[Published], findings: Sequence[Finding]) -> list[
     for name, series in series_of(tables).items():
         features, stable = feature_history(series)
         steps = [
-            (a.version, b.version, changed_cells(a, b), step_note(a, b))
+            (
+                a.version,
+                b.version,
+                changed_cells(a, b),
+                " ".join(filter(None, (step_note(a, b), rule_note(a, b)))),
+            )
             for a, b in itertools.pairwise(series)
         ]
         out.append(SeriesHistory(name, series, features, stable, steps, finding_versions(series, findings)))

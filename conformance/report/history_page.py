@@ -106,7 +106,7 @@ def render_index_html(tables: Sequence[Published], series: Sequence[SeriesHistor
                         _link(where / "matrix.html", base, "matrix"),
                         _link(where / "matrix.md", base, "markdown"),
                         _link(where / "FINDINGS.md", base, "findings"),
-                        _link(t.path, base, "results.json"),
+                        _link(t.path, base, t.path.name),
                     ],
                 )
             )

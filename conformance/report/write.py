@@ -13,7 +13,7 @@ from conformance.outcome import NEVER_EXPECTED, RERUN_NOTE, CellResult
 from conformance.report.findings_md import render_findings
 from conformance.report.html import render_html
 from conformance.report.markdown import render_markdown, warm_world_reruns
-from conformance.report.results import results_document, write_results
+from conformance.report.results import GZIPPED, RESULTS, results_document, write_results
 from conformance.report.rules import folded_into
 
 
@@ -44,7 +44,8 @@ def write_reports(
     (default: reports/findings.toml of this checkout)."""
     env, results = folded_into(env, sorted(results, key=lambda r: r.id))
     findings = load_findings() if findings is None else findings
-    write_results(out / "results.json", results_document(env, results))
+    write_results(out / RESULTS, results_document(env, results))
+    (out / (RESULTS + GZIPPED)).unlink(missing_ok=True)  # a published table's older, gzipped one
     known = known_failures(results, baseline)
     (out / "matrix.md").write_text(render_markdown(env, results, known, findings))
     (out / "matrix.html").write_text(render_html(env, results, known, findings))

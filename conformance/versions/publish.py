@@ -3,7 +3,8 @@ reports/torch-<version>-<hardware>-<backend>/ (a `-<matrix>` suffix for a profil
 default). With --torch, that version's cached venv (conformance.versions.venv) runs the
 matrix; without it, the interpreter running this command does. The matrix runs from this
 checkout under pytest, as the README's command runs it, with pytest's progress shown; the
-run's results.json, matrix.md, matrix.html and FINDINGS.md land in the directory, and a
+run's results (gzipped: results.json.gz), matrix.md, matrix.html and FINDINGS.md land in the
+directory, and a
 table that was there before is compared with the new one (`python -m conformance diff`).
 
 Exit status: 0 when the table was published (cells that do not pass are what a table is
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.outcome import CellResult, Outcome
-from conformance.report.results import read_results
+from conformance.report.results import gzip_results, read_results, results_file
 from conformance.report.write import outcome_summary
 from conformance.versions.venv import InstallError, TorchVenv, default_root, ensure
 
@@ -115,14 +116,12 @@ def publish(args: argparse.Namespace) -> int:
     if args.add:
         return _add(python, out, args)
     with tempfile.TemporaryDirectory() as tmp:
-        previous = Path(tmp) / "previous.json"
-        if (out / "results.json").exists():
-            shutil.copy(out / "results.json", previous)
+        previous = _previous(out, Path(tmp))
         code = _run(python, out, args)
         if not (out / "results.json").exists():
             say(f"pytest exited {code} and wrote no results.json")
             return 1
-        cells = _compare(previous, out / "results.json")
+        cells = _compare(previous, gzip_results(out))
     faults = sum(c.outcome is Outcome.HARNESS_ERROR for c in cells)
     say(f"published {out}: {outcome_summary(cells)}")
     if faults:
@@ -139,13 +138,12 @@ def _add(python: Path, out: Path, args: argparse.Namespace) -> int:
     if not args.pytest_args:
         say("--add needs the cells to add: pytest arguments after --, e.g. -- --strategy deepspeed")
         return 2
-    if not (out / "results.json").exists():
+    if not results_file(out).exists():
         say(f"--add: no published table at {out}; publish it whole first")
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp) / "added"
-        previous = Path(tmp) / "previous.json"
-        shutil.copy(out / "results.json", previous)
+        previous = _previous(out, Path(tmp))
         code = _run(python, scratch, args)
         if not (scratch / "results.json").exists():
             say(f"pytest exited {code} and wrote no results.json")
@@ -160,9 +158,19 @@ def _add(python: Path, out: Path, args: argparse.Namespace) -> int:
             say(f"--add: not published: the added cells had a harness-error ({outcome_summary(added)})")
             return 1
         write_reports(out, env, cells)
-        cells = _compare(previous, out / "results.json")
+        cells = _compare(previous, gzip_results(out))
     say(f"published {out}: {outcome_summary(cells)} ({outcome_summary(added)} of them added now)")
     return 0
+
+
+def _previous(out: Path, tmp: Path) -> Path:
+    """A copy of the table published in `out` before this run (a path that does not exist when
+    there was none), kept as it was, gzipped or not."""
+    published = results_file(out)
+    previous = tmp / f"previous-{published.name}"
+    if published.exists():
+        shutil.copy(published, previous)
+    return previous
 
 
 def checkout_env() -> dict[str, str]:
