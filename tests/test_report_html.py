@@ -18,6 +18,7 @@ from conformance.report.html import render_html
 from tests.test_report import AXES as REPORT_AXES
 from tests.test_report import ENV
 
+ROOT = Path(__file__).resolve().parents[1]
 AXES = {**REPORT_AXES, "family": "fsdp2", "check": "roundtrip"}
 ERROR = "rank 0 raised RuntimeError first:\nTraceback (most recent call last):\nRuntimeError: setStorage: out of bounds"
 CELLS = [
@@ -87,3 +88,32 @@ def test_page_in_a_headless_browser_renders_and_filters(tmp_path: Path) -> None:
     dom = _dump_dom(browser, page, "?storage=torch_save&world_size=2")
     (row,) = _visible_rows(dom)
     assert "unsupported" in row
+
+
+def test_a_published_default_page_loads_fast_in_a_headless_browser(tmp_path: Path) -> None:
+    """matrix.html of a published default table (the largest page: every run cell with its
+    detail) loads and runs its script in headless chromium within a few seconds more than an
+    empty page takes (bench/README.md: about 0.7 s on the reference machine)."""
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("CONFORMANCE_REQUIRE_BROWSER"):
+            pytest.fail("CONFORMANCE_REQUIRE_BROWSER is set and no chromium is installed")
+        pytest.skip("no chromium on this machine (.ci/run installs Debian's)")
+    import time
+
+    pages = sorted((ROOT / "reports").glob("torch-*-cpu-gloo/matrix.html"), key=lambda p: p.stat().st_size)
+    largest = pages[-1]
+    empty = (
+        largest.parent.parent / "index.html"
+    )  # a small page of the same reports, for the browser's own start
+
+    def load(page: Path) -> tuple[float, str]:
+        start = time.monotonic()
+        dom = _dump_dom(browser, page, "")
+        return time.monotonic() - start, dom
+
+    small, _ = load(empty)
+    took, dom = load(largest)
+    shown = re.search(r"(\d+) of (\d+) cells shown", dom)
+    assert shown and shown.group(1) == shown.group(2) != "0", largest  # the script ran over every row
+    assert took - small < 5.0, f"{largest}: {took:.1f} s against {small:.1f} s for {empty.name}"
