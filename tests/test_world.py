@@ -40,6 +40,23 @@ def test_ok_cell_reaches_every_rank(pool: WorldPool) -> None:
     ]
 
 
+@pytest.mark.parametrize("spawn", [False, True], ids=["forked", "spawned"])
+def test_warm_worlds_fork_from_a_template_unless_told_to_spawn(spawn: bool) -> None:
+    """A warm world's ranks are forked from the pool's template (a restart after a crash costs
+    a fork, not an `import torch`); --spawn-worlds spawns them. Either way a crash is the cell's
+    and the next cell runs in a new world."""
+    from conformance.world.launcher import ForkLauncher, SpawnLauncher
+
+    with WorldPool(spawn=spawn) as pool:
+        assert isinstance(pool.launcher, SpawnLauncher if spawn else ForkLauncher)
+        pids = pool.world("gloo", 2).pids()
+        assert pool.run("gloo", 2, cells.ok, "x", timeout_s=TIMEOUT_S).status == "ok"
+        run = pool.run("gloo", 2, cells.exit_on_rank1, None, timeout_s=TIMEOUT_S)
+        assert run.status == "crash" and run.detail.startswith("rank 1 exited with code 3")
+        assert_next_cell_passes_in_a_fresh_world(pool, pids)
+        assert pool.started == 2
+
+
 def test_exit_on_rank1_is_a_crash_naming_rank_and_code(pool: WorldPool) -> None:
     pids = pool.world("gloo", 2).pids()
     run = pool.run("gloo", 2, cells.exit_on_rank1, None, timeout_s=TIMEOUT_S)

@@ -25,6 +25,7 @@ def world_pool(pytestconfig: pytest.Config) -> Iterator[WorldPool]:
     with WorldPool(
         start_timeout_s=pytestconfig.getoption("world_start_timeout"),
         fresh=pytestconfig.getoption("fresh_worlds"),
+        spawn=pytestconfig.getoption("spawn_worlds"),
         preload=rank_preload(),
     ) as pool:
         yield pool

@@ -52,6 +52,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "its ranks forked from a process that has only imported torch: slower; outcomes must be "
         "the same either way",
     )
+    group.addoption(
+        "--spawn-worlds",
+        action="store_true",
+        help="spawn every rank as a new python that imports torch itself, instead of forking it from "
+        "a template process that has (slower: about 2.5 s a world start); outcomes must be the same",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)  # before hypothesis's own plugin reads --hypothesis-profile

@@ -44,10 +44,12 @@ class CellPool(Protocol):
 
 class WorldPool:
     """fresh: every run (every cell, every phase of a check) in a world of its own, closed
-    after it (`--fresh-worlds`): the reference a warm world must agree with. Its ranks are
-    forked from a template process that has imported torch and done nothing else
-    (conformance.world.template), so a fresh world starts in a fraction of a second; a warm
-    world's ranks are spawned, each importing torch itself, as they always were."""
+    after it (`--fresh-worlds`): the reference a warm world must agree with. Either way the
+    ranks are forked from a template process that has imported torch and the cells' usual
+    modules and done nothing else (conformance.world.template): a world starts in a fraction of
+    a second, where spawned ranks each import torch again (about 2.5 s), which a warm world paid
+    at every restart after a crash. spawn: the ranks spawned instead (`--spawn-worlds`), as
+    warm worlds started before 2026-11-26."""
 
     def __init__(
         self,
@@ -55,10 +57,11 @@ class WorldPool:
         *,
         start_timeout_s: float = 120.0,
         fresh: bool = False,
+        spawn: bool = False,
         preload: tuple[str, ...] = (),
         launcher: Launcher | None = None,
     ) -> None:
-        """launcher: how ranks start; by default forked when fresh, spawned otherwise."""
+        """launcher: how ranks start; by default forked from a template, or spawned (spawn)."""
         self.root = Path(tempfile.mkdtemp(prefix="conformance-worlds-", dir=root))
         self.start_timeout_s = start_timeout_s
         self.fresh = fresh
@@ -66,7 +69,7 @@ class WorldPool:
         if launcher is None:
             launcher = (
                 ForkLauncher(self.root, preload, start_timeout_s=start_timeout_s)
-                if fresh
+                if not spawn
                 else SpawnLauncher()
             )
         self.launcher = launcher

@@ -71,7 +71,8 @@ class World:
     ) -> None:
         """preload: modules every rank imports once, after its process group is up and before
         it is ready (the cells' usual imports: a cell then starts without them). launcher: how
-        the ranks start (conformance.world.launcher); spawned by default."""
+        the ranks start (conformance.world.launcher); spawned when none is given (WorldPool
+        gives a template's forks unless told to spawn)."""
         self.backend = backend
         self.launcher: Launcher = launcher or SpawnLauncher()
         self.preload = preload
