@@ -31,7 +31,7 @@ def test_a_plugin_optimizer_and_precision_run_and_a_broken_optimizer_is_caught(t
     selected = " or ".join(
         (*LION_PASSES, *BROKEN_LION, *BF16R32, "hygiene-ddp-dsd_full-dcp-adamw-mlp-bf16r32-w2")
     )
-    code, results, log = run_cases(tmp_path, *PLUGINS, "--matrix", "ci", "-k", selected)
+    code, results, log = run_cases(tmp_path, *PLUGINS, "--matrix", "ci-product", "-k", selected)
     assert code == 1, log  # the broken optimizer's cells fail
     got = outcomes(results)
     assert {i: got.get(i) for i in (*LION_PASSES, *BF16R32)} == dict.fromkeys(

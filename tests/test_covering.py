@@ -146,3 +146,27 @@ def test_a_covering_profile_s_properties_are_its_declaration_s() -> None:
     from conformance.property import properties
 
     assert [p.id for p in properties("default")] == [p.id for p in properties("default-product")]
+
+
+@pytest.mark.parametrize("check", CASE_CHECKS)
+def test_ci_loses_no_pair_triple_or_answer_of_its_own_declaration(check: str) -> None:
+    """ci covers its own declaration (ci-product): every pair and triple its supported cells
+    combine, every answer of its tables and every witness it has."""
+    chosen = cells("ci", check)
+    product = _supported("ci-product", check)
+    assert {c.id for c in chosen} <= {c.id for c in product} and not lost(product, chosen)
+    assert _answers(check, product) <= _answers(check, chosen)
+    assert {c.id for c in witnesses(product)} <= {c.id for c in chosen}
+
+
+def test_every_broken_strategy_of_the_suite_is_caught_in_ci() -> None:
+    """Each broken strategy of tests/ is held to a cell of the check meant to catch it; where the
+    ci declaration has that cell, the ci profile runs it (its reference rows: matrix.profiles)."""
+    from tests.test_broken_strategies import BROKEN, ONLY_THIS_CHECK
+
+    held = [(f.__name__, cell) for f, cell, *_ in (*BROKEN, *ONLY_THIS_CHECK)]
+    declared = {check: {c.id for c in cells("ci-product", check)} for check in CHECKS}
+    ci = {check: {c.id for c in cells("ci", check)} for check in CHECKS}
+    declared_ones = [(name, cell) for name, cell in held if cell.id in declared[cell.check]]
+    assert len(declared_ones) >= 18, held  # not vacuous: most are cells of the ci declaration
+    assert [(name, cell.id) for name, cell in declared_ones if cell.id not in ci[cell.check]] == []

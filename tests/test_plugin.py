@@ -71,7 +71,8 @@ def collected_ids(*args: str) -> set[str]:
 
 
 def test_k_sharded_runs_only_sharded_cells_and_xdist_agrees(tmp_path: Path) -> None:
-    """-k sharded selects every sharded round-trip cell of the run: the built-in matrix's and
+    """-k sharded selects every sharded round-trip cell of the run (ci-product: a covering run
+    with -k enumerates no unsupported cell, and this one counts them): the built-in matrix's and
     those of the installed entry-point strategies (the adapters, when their frameworks are
     installed), collected here; the built-in ones run serially and under xdist, with the same
     outcome for each (the adapters' cells run in their own tests and in the gated ci slice:
@@ -80,13 +81,13 @@ def test_k_sharded_runs_only_sharded_cells_and_xdist_agrees(tmp_path: Path) -> N
     from conformance.matrix.cells import why_unsupported
     from conformance.strategy.registry import build_registry
 
-    every = {c.id for c in run_cells(build_registry([]), "ci", "roundtrip") if c.kind == "sharded"}
-    assert collected_ids("--matrix", "ci", "-k", SHARDED_ROUNDTRIP) == every
-    builtin = ("--matrix", "ci", "-k", SHARDED_ROUNDTRIP, "--strategy", "builtin")
+    every = {c.id for c in run_cells(build_registry([]), "ci-product", "roundtrip") if c.kind == "sharded"}
+    assert collected_ids("--matrix", "ci-product", "-k", SHARDED_ROUNDTRIP) == every
+    builtin = ("--matrix", "ci-product", "-k", SHARDED_ROUNDTRIP, "--strategy", "builtin")
     code0, serial, log0 = run_cases(tmp_path, *builtin, "-n", "0", name="serial")
     code2, parallel, log2 = run_cases(tmp_path, *builtin, "-n", "2", name="xdist")
     registry = build_registry(["builtin"])
-    sharded = [c for c in run_cells(registry, "ci", "roundtrip") if c.kind == "sharded"]
+    sharded = [c for c in run_cells(registry, "ci-product", "roundtrip") if c.kind == "sharded"]
     expected_ids = {c.id for c in sharded if not why_unsupported(registry, c)}  # the rest: rules
     assert expected_ids <= every  # equal where no adapter is installed
     assert set(outcomes(serial)) == expected_ids, log0
@@ -279,7 +280,8 @@ def test_registered_strategies_run_their_declared_cells_and_are_caught(tmp_path:
     missing framework makes skips that name it."""
     names = ["CONTROL", "FALLS_BACK_TO_REPLICATION", "DROPS_OPTIMIZER", "NEEDS_MISSING_FRAMEWORK"]
     strategies = [arg for name in names for arg in ("--strategy", f"tests.broken:{name}")]
-    code, results, log = run_cases(tmp_path, "--matrix", "ci", "-k", REGISTERED, *strategies)
+    # ci-product: a covering run enumerates no unsupported cell, and this one must show them as rules
+    code, results, log = run_cases(tmp_path, "--matrix", "ci-product", "-k", REGISTERED, *strategies)
     assert code == 1, log
     cells = {c["id"]: c for c in results["cells"]}
     assert all(

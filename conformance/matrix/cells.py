@@ -17,8 +17,6 @@ from conformance.matrix.rules import transfer_unsupported_reason, unsupported_re
 from conformance.outcome import CellResult, Outcome
 from conformance.strategy.registry import RegisteredStrategy, Registry
 
-FULL = "full"  # the declaration a covering chooses from
-
 
 def _profile(name: str) -> Profile:
     try:
@@ -45,14 +43,17 @@ def cells(profile: str, check: str) -> list[Case] | list[Transfer]:
 @functools.cache
 def covered(profile: str, check: str) -> list[Case] | list[Transfer]:
     """A covering profile's built-in cells of a check (conformance.matrix.covering): chosen from
-    the supported cells of the full declaration, presets one
+    the supported cells of the declaration its covering names (`within`: full, or its own), presets one
     cell per (feature-table row, feature) and each finding's witness of the profile's own
     declaration; a transfer check's are the declaration's."""
     declared = _check(check).cells(_profile(profile).declares)
     if any(isinstance(c, Transfer) for c in declared):
         return declared
-    strength = _profile(profile).covering.strength  # type: ignore[union-attr]
-    return _choose(profile, check, declared, _check(check).cells(FULL), unsupported_reason, strength)
+    covering = _profile(profile).covering
+    assert covering is not None
+    return _choose(
+        profile, check, declared, _check(check).cells(covering.within), unsupported_reason, covering.strength
+    )
 
 
 def _choose(
@@ -66,7 +67,9 @@ def _choose(
     costs = load_costs()
     run = [c for c in declared if not why_not(c)]
     supported = [c for c in full if not why_not(c)]
-    presets = feature_presets(check, run, costs) + witnesses(run + supported)
+    covering = _profile(profile).covering
+    kept = [c for c in run if covering is not None and covering.keep is not None and covering.keep(c)]
+    presets = feature_presets(check, run, costs) + witnesses(run + supported) + kept
     return cover(supported + presets, presets, costs, strength)
 
 
@@ -126,8 +129,10 @@ def strategy_cells(strategy: RegisteredStrategy, profile: str, check: str) -> li
     def why_not(case: Case) -> str | None:
         return strategy.unsupported_reason(case) or unsupported_reason(case)
 
-    strength = _profile(profile).covering.strength - 1 or 1  # type: ignore[union-attr]
-    return _choose(profile, check, declared, _check(check).strategy_cells(FULL, strategy), why_not, strength)
+    covering = _profile(profile).covering
+    assert covering is not None
+    universe = _check(check).strategy_cells(covering.within, strategy)
+    return _choose(profile, check, declared, universe, why_not, covering.strength - 1 or 1)
 
 
 def declared_profile(profile: str) -> str:
