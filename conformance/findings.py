@@ -83,9 +83,10 @@ class Finding:
     # SILENT_IMPACTS): a load dropped a param group's lr without a word, and the next optimizer
     # step raised KeyError. Without it an error it explains refuses, a crash crashes.
     errors_follow: str = ""
-    # a cell that shows it: covering profiles (conformance.matrix.covering) always run it when
-    # their full product has it, so that no finding goes unseen
-    witness: str = ""
+    # a cell that shows it, or several (a list: one per world size or profile): covering profiles
+    # (conformance.matrix.covering) always run each one the product they choose from has, so
+    # that no finding goes unseen
+    witness: str | tuple[str, ...] = ""
     _pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
     _key: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
@@ -135,6 +136,11 @@ class Finding:
     def about(self, cell: CellResult) -> bool:
         """Whether the cell shows this finding: one it marks, or one it explains a record of."""
         return self.covers(cell) if self.marks else self.explains(cell)
+
+    @property
+    def witnesses(self) -> tuple[str, ...]:
+        """The ids of the cells that show it (`witness`, one or a list)."""
+        return (self.witness,) if isinstance(self.witness, str) and self.witness else tuple(self.witness)
 
     @property
     def link(self) -> str:

@@ -81,3 +81,11 @@ def test_an_addition_of_another_table_is_refused(
     added = _write(tmp_path / "a.json", ENV, [_cell("b", Outcome.PASS)])
     with pytest.raises(SupplementError, match=needle):
         supplement(table, added, ["--strategy", "deepspeed"])
+
+
+def test_an_addition_may_run_at_some_of_the_table_s_world_sizes_never_another() -> None:
+    from conformance.versions.supplement import mismatch
+
+    table = {"torch": "2.13.0", "matrix": "default", "world_sizes": [1, 2, 4, 8]}
+    assert mismatch(table, {**table, "world_sizes": [2]}) == ""
+    assert "world_sizes" in mismatch(table, {**table, "world_sizes": [2, 16]})

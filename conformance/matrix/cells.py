@@ -76,7 +76,7 @@ def _choose(
 def witnesses(cells: list[Case]) -> list[Case]:
     """The cells among these that findings name as their witness (Finding.witness): a covering
     runs each one its full product has, so that no finding goes unseen."""
-    named = {f.witness for f in load_findings() if f.witness}
+    named = {w for f in load_findings() for w in f.witnesses}
     return sorted({c for c in cells if c.id in named}, key=lambda c: c.id)
 
 

@@ -30,8 +30,8 @@ SAME_TABLE = (
     "device_count",
     "matrix",
     "hypothesis",
-    "world_sizes",
 )
+# (world_sizes: an addition's selected cells run at some of the table's, never at another)
 # the per-strategy metadata an addition brings (name -> versions or text)
 MERGED = ("strategies", "strategy_descriptions", "frameworks")
 
@@ -45,6 +45,8 @@ def mismatch(table: dict[str, Any], added: dict[str, Any]) -> str:
     if table.get("baseline"):
         return "the table was gated on a baseline (a ci slice): publish it whole"
     differ = [key for key in SAME_TABLE if table.get(key) != added.get(key)]
+    if not set(added.get("world_sizes") or ()) <= set(table.get("world_sizes") or ()):
+        differ.append("world_sizes")
     if differ:
         return "the addition ran with another " + ", ".join(
             f"{key} ({added.get(key)!r}, the table: {table.get(key)!r})" for key in differ
