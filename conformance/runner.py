@@ -15,7 +15,10 @@ from conformance.check.phases import Phases
 from conformance.check.registry import CHECKS
 from conformance.layout.builtin import builtin_strategy
 from conformance.layout.registry import layout_of
-from conformance.matrix import refusal_reason, transfer_unsupported_reason, unsupported_reason
+from conformance.matrix import (
+    refusal_reason,
+    unsupported_by_design,
+)
 from conformance.observed import Observed, from_detail
 from conformance.optim.registry import plugin_modules as optimizer_plugins
 from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome
@@ -81,25 +84,21 @@ def case_seed(case: Cell) -> int:
 
 
 def _not_here(cell: Cell, backend: str, registered: RegisteredStrategy | None) -> tuple[Outcome, str] | None:
+    """Unsupported by design (the strategy's declaration, then the matrix's rules: the order a
+    covering run folds them in), else a skip: the strategy's own, then the environment's."""
+    reason = unsupported_by_design(cell, registered)
+    if reason:
+        return Outcome.UNSUPPORTED, reason
     if registered is not None:
-        reason = registered.unsupported_reason(cell)
-        if reason:
-            return Outcome.UNSUPPORTED, reason
         reason = registered.skip_reason(cell, backend)
         if reason:
             return Outcome.SKIP, reason
     if isinstance(cell, Transfer):
-        reason = transfer_unsupported_reason(cell)
-        if reason:
-            return Outcome.UNSUPPORTED, reason
         for side, case in (("save", cell.save), ("load", cell.load)):
             reason = environment_skip(case, backend)
             if reason:
                 return Outcome.SKIP, f"{side} side: {reason}"
         return None
-    reason = unsupported_reason(cell)
-    if reason:
-        return Outcome.UNSUPPORTED, reason
     reason = environment_skip(cell, backend)
     return (Outcome.SKIP, reason) if reason else None
 

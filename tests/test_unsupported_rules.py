@@ -83,3 +83,36 @@ def test_the_history_says_when_cells_moved_between_supported_and_unsupported() -
     note = rule_note(old, new)
     total = sum(r["cells"] for r in env["unsupported"]["rules"])
     assert f"{total} -> {total - 1} cells; 1 rules changed" in note, note
+
+
+def _never_here(cell: object, backend: str) -> str:
+    return "this strategy's code under test never runs here"
+
+
+def test_a_cell_unsupported_by_design_is_a_rule_even_where_its_strategy_would_skip_it() -> None:
+    """The runner and a covering run's fold ask the same question in the same order (the
+    strategy's declaration, the matrix's rules, then skips): a cell the matrix refuses by design
+    is unsupported, never a skip, even for a strategy that skips every cell here."""
+    from conformance.case import Case
+    from conformance.matrix.cells import why_unsupported
+    from conformance.runner import run_case
+    from conformance.strategy.registry import RegisteredStrategy, Registry, Supports
+    from tests.broken import registered_control
+
+    skipper = RegisteredStrategy(
+        "skipper",
+        registered_control,
+        Supports(
+            wrappers=(("fsdp1", "full_shard"),), kinds=("sharded",), checks=("roundtrip",), optimizers=None
+        ),
+        storage="dcp",
+        skips_on=_never_here,
+    )
+    refused = Case("fsdp1", "full_shard", "sharded", "dcp", "adamw+groups", "mlp", 2, strategy="skipper")
+    runnable = Case("fsdp1", "full_shard", "sharded", "dcp", "adamw", "mlp", 2, strategy="skipper")
+    no_pool = None  # neither cell reaches a world
+    ruled = run_case(no_pool, refused, backend="gloo", timeout_s=1, registered=skipper)  # type: ignore[arg-type]
+    assert ruled.outcome is Outcome.UNSUPPORTED and "param groups" in ruled.detail, ruled.detail
+    assert why_unsupported(Registry(builtin=False, strategies={"skipper": skipper}), refused) == ruled.detail
+    skipped = run_case(no_pool, runnable, backend="gloo", timeout_s=1, registered=skipper)  # type: ignore[arg-type]
+    assert skipped.outcome is Outcome.SKIP and "never runs here" in skipped.detail, skipped.detail

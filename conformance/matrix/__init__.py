@@ -41,6 +41,7 @@ from conformance.matrix.rules import (
     first_reason,
     refusal_reason,
     transfer_unsupported_reason,
+    unsupported_by_design,
     unsupported_reason,
 )
 from conformance.optim.registry import OPTIMIZERS
@@ -71,6 +72,7 @@ __all__ = [
     "strategy_cells",
     "transfer_unsupported_reason",
     "transfers",
+    "unsupported_by_design",
     "unsupported_reason",
     "validate",
 ]

@@ -13,7 +13,7 @@ from conformance.findings import load_findings
 from conformance.matrix.costs import Costs, load_costs
 from conformance.matrix.covering import cover
 from conformance.matrix.profiles import PROFILES, Profile
-from conformance.matrix.rules import transfer_unsupported_reason, unsupported_reason
+from conformance.matrix.rules import unsupported_by_design, unsupported_reason
 from conformance.outcome import CellResult, Outcome
 from conformance.strategy.registry import RegisteredStrategy, Registry
 
@@ -172,11 +172,7 @@ def run_cells(registry: Registry, profile: str, check: str) -> list[Case] | list
 def why_unsupported(registry: Registry, cell: Case | Transfer) -> str | None:
     """Why a cell of a run is unsupported by design (its registered strategy's declaration
     first, then the matrix's rules), or None."""
-    owner = registry.strategy_of(cell)
-    reason = owner.unsupported_reason(cell) if owner is not None else None
-    if reason:
-        return reason
-    return transfer_unsupported_reason(cell) if isinstance(cell, Transfer) else unsupported_reason(cell)
+    return unsupported_by_design(cell, registry.strategy_of(cell))
 
 
 def declared_unsupported(registry: Registry, profile: str, backend: str, ran: set[str]) -> list[CellResult]:

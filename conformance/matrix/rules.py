@@ -164,3 +164,14 @@ def transfer_unsupported_reason(transfer: Transfer) -> str | None:
         if reason:
             return f"{side} side ({case.config}): {reason}"
     return None
+
+
+def unsupported_by_design(cell: Case | Transfer, owner: Any = None) -> str | None:
+    """Why a cell is unsupported by design, or None: its registered strategy's declaration
+    (`owner`, a RegisteredStrategy) first, then the matrix's rules. Whether it can run here (a
+    skip) is asked only after: a cell unsupported by design says so wherever it runs, and the
+    runner and a covering run's folded cells (matrix.cells) agree on it."""
+    reason = owner.unsupported_reason(cell) if owner is not None else None
+    if reason:
+        return reason
+    return transfer_unsupported_reason(cell) if isinstance(cell, Transfer) else unsupported_reason(cell)
