@@ -7,9 +7,11 @@ travel from xdist workers to the controller on each report's user_properties (pl
 types only) and are written once, by the controller, at the end of the session.
 """
 
+# results first: options imports it, and a plugin module pytest imports after another module
+# imported it cannot be rewritten (PytestAssertRewriteWarning under the `pytest` script)
 pytest_plugins = [
+    "conformance.plugin.results",
     "conformance.plugin.options",
     "conformance.plugin.collection",
     "conformance.plugin.fixtures",
-    "conformance.plugin.results",
 ]
