@@ -31,12 +31,12 @@ def main(argv: list[str] | None = None) -> int:
         help="rewrite results.json with its unsupported rows folded into rules (and, for a covering "
         "profile's table, the unsupported cells of its declaration): what a run writes since the fold",
     )
-    diff = commands.add_parser("diff", help="compare two results.json: metadata, then changed cells")
     render.add_argument(
         "--gzip",
         action="store_true",
         help="with --fold: write the folded results gzipped (results.json.gz, as a published table keeps them)",
     )
+    diff = commands.add_parser("diff", help="compare two results.json: metadata, then changed cells")
     diff.add_argument("old", type=Path)
     diff.add_argument("new", type=Path)
     history = commands.add_parser(

@@ -12,7 +12,7 @@ from conformance.check.registry import CHECKS
 from conformance.findings import load_findings
 from conformance.matrix.costs import Costs, load_costs
 from conformance.matrix.covering import cover
-from conformance.matrix.profiles import PROFILES, Profile
+from conformance.matrix.profiles import PROFILES, Covering, Profile
 from conformance.matrix.rules import unsupported_by_design, unsupported_reason
 from conformance.outcome import CellResult, Outcome
 from conformance.strategy.registry import RegisteredStrategy, Registry
@@ -51,24 +51,25 @@ def covered(profile: str, check: str) -> list[Case] | list[Transfer]:
         return declared
     covering = _profile(profile).covering
     assert covering is not None
-    return _choose(
-        profile, check, declared, _check(check).cells(covering.within), unsupported_reason, covering.strength
-    )
+    universe = _check(check).cells(covering.within)
+    return _choose(covering, check, declared, universe, unsupported_reason, covering.strength)
 
 
 def _choose(
-    profile: str,
+    covering: Covering,
     check: str,
     declared: list[Case],
-    full: list[Case],
+    universe: list[Case],
     why_not: Callable[[Case], str | None],
     strength: int,
 ) -> list[Case]:
+    """The covering's cells of a check: the supported cells of `universe` (the declaration it
+    chooses from) with the presets of `declared` (the profile's own): one per table answer, each
+    witness, and what the covering keeps."""
     costs = load_costs()
     run = [c for c in declared if not why_not(c)]
-    supported = [c for c in full if not why_not(c)]
-    covering = _profile(profile).covering
-    kept = [c for c in run if covering is not None and covering.keep is not None and covering.keep(c)]
+    supported = [c for c in universe if not why_not(c)]
+    kept = [c for c in run if covering.keep is not None and covering.keep(c)]
     presets = feature_presets(check, run, costs) + witnesses(run + supported) + kept
     return cover(supported + presets, presets, costs, strength)
 
@@ -123,16 +124,15 @@ def strategy_cells(strategy: RegisteredStrategy, profile: str, check: str) -> li
     are the declaration's. Covered one strategy at a time: what another registers never changes
     its cells."""
     declared = _check(check).strategy_cells(_profile(profile).declares, strategy)
-    if not _profile(profile).covering or not declared or isinstance(declared[0], Transfer):
+    covering = _profile(profile).covering
+    if covering is None or not declared or isinstance(declared[0], Transfer):
         return declared
 
     def why_not(case: Case) -> str | None:
-        return strategy.unsupported_reason(case) or unsupported_reason(case)
+        return unsupported_by_design(case, strategy)
 
-    covering = _profile(profile).covering
-    assert covering is not None
     universe = _check(check).strategy_cells(covering.within, strategy)
-    return _choose(profile, check, declared, universe, why_not, covering.strength - 1 or 1)
+    return _choose(covering, check, declared, universe, why_not, covering.strength - 1 or 1)
 
 
 def declared_profile(profile: str) -> str:

@@ -15,6 +15,7 @@ from conformance.check.slices import (
 from conformance.layout.registry import layout_of
 from conformance.models import MODELS, RESHAPED
 from conformance.strategy.builtin import STATE_APIS
+from conformance.strategy.registry import RegisteredStrategy
 from conformance.strategy.storage import STORAGES as STORAGE_OBJECTS
 
 
@@ -166,9 +167,9 @@ def transfer_unsupported_reason(transfer: Transfer) -> str | None:
     return None
 
 
-def unsupported_by_design(cell: Case | Transfer, owner: Any = None) -> str | None:
+def unsupported_by_design(cell: Case | Transfer, owner: RegisteredStrategy | None = None) -> str | None:
     """Why a cell is unsupported by design, or None: its registered strategy's declaration
-    (`owner`, a RegisteredStrategy) first, then the matrix's rules. Whether it can run here (a
+    (`owner`) first, then the matrix's rules. Whether it can run here (a
     skip) is asked only after: a cell unsupported by design says so wherever it runs, and the
     runner and a covering run's folded cells (matrix.cells) agree on it."""
     reason = owner.unsupported_reason(cell) if owner is not None else None

@@ -4,22 +4,16 @@ imports (`-p your.module`); the ranks import that module too (plugin_modules).""
 
 from __future__ import annotations
 
-import sys
-
+from conformance.axis import Axis
 from conformance.generated import ScheduleSpec, is_generated_optimizer
 from conformance.optim import builtin
 from conformance.optim.base import Optimizer
 
-OPTIMIZERS: dict[str, Optimizer] = {optimizer.name: optimizer for optimizer in builtin.OPTIMIZERS}
+AXIS: Axis[Optimizer] = Axis("optimizer", builtin.OPTIMIZERS)
+OPTIMIZERS = AXIS.values
 DEFAULT_OPTIMIZER = "adamw"  # what a slice takes when it names none, the round trip's base column
-_MODULES: dict[str, str] = {}  # name -> the module outside the package that registered it
-
-
-def register(optimizer: Optimizer) -> Optimizer:
-    """Adds an optimizer (or replaces the one of its name); returns it."""
-    OPTIMIZERS[optimizer.name] = optimizer
-    _MODULES[optimizer.name] = sys._getframe(1).f_globals.get("__name__", "")
-    return optimizer
+register = AXIS.register  # adds an optimizer (or replaces the one of its name); returns it
+plugin_modules = AXIS.plugin_modules
 
 
 def optimizer_of(name: str) -> Optimizer:
@@ -29,20 +23,12 @@ def optimizer_of(name: str) -> Optimizer:
     if is_generated_optimizer(name):
         schedule = ScheduleSpec.parse(name)
         return Optimizer(name, schedule.make, scheduler=schedule.scheduler)
-    raise ValueError(
-        f"unknown optimizer {name!r}; known: {sorted(OPTIMIZERS)} and generated ones "
-        "(a plugin's optimizer: register it in a module pytest imports, -p your.module)"
-    )
+    raise AXIS.unknown(name, " and generated ones")
 
 
 def optimizer_names() -> tuple[str, ...]:
     """Every registered optimizer, sorted: the optimizers slice's values."""
     return tuple(sorted(OPTIMIZERS))
-
-
-def plugin_modules() -> tuple[str, ...]:
-    """The modules outside this package that registered an optimizer: each rank imports them."""
-    return tuple(sorted({m for m in _MODULES.values() if m and not m.startswith("conformance.")}))
 
 
 def in_param_groups(name: str) -> bool:

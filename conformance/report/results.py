@@ -40,16 +40,20 @@ def results_file(path: Path) -> Path:
 
 
 def write_results(path: Path, document: dict[str, Any]) -> None:
-    """Writes results.json, or gzipped when `path` ends in .gz (byte-identical for the same
-    document: no time stamp in the gzip header)."""
+    """Writes results.json, or gzipped when `path` ends in .gz."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(document, indent=2, sort_keys=False) + "\n"
+    _write(path, json.dumps(document, indent=2, sort_keys=False) + "\n")
+
+
+def _write(path: Path, text: str) -> None:
+    """The text at `path`, gzipped when it ends in .gz (byte-identical for the same text: no time
+    stamp in the gzip header), never half-written."""
     tmp = path.with_name(path.name + ".tmp")
     if path.suffix == GZIPPED:
         tmp.write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
     else:
         tmp.write_text(text)
-    tmp.replace(path)  # never a half-written results file
+    tmp.replace(path)
 
 
 def read_results(path: Path) -> tuple[dict[str, Any], list[CellResult]]:
@@ -66,8 +70,6 @@ def gzip_results(directory: Path) -> Path:
     removed); returns the gzipped file."""
     plain = Path(directory) / RESULTS
     gzipped = plain.with_name(RESULTS + GZIPPED)
-    tmp = gzipped.with_name(gzipped.name + ".tmp")
-    tmp.write_bytes(gzip.compress(plain.read_bytes(), compresslevel=9, mtime=0))
-    tmp.replace(gzipped)
+    _write(gzipped, plain.read_text())
     plain.unlink()
     return gzipped

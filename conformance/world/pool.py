@@ -68,9 +68,9 @@ class WorldPool:
         self.preload = preload  # modules each rank imports once at start (World)
         if launcher is None:
             launcher = (
-                ForkLauncher(self.root, preload, start_timeout_s=start_timeout_s)
-                if not spawn
-                else SpawnLauncher()
+                SpawnLauncher()
+                if spawn
+                else ForkLauncher(self.root, preload, start_timeout_s=start_timeout_s)
             )
         self.launcher = launcher
         self._worlds: dict[tuple[str, int, str], World] = {}
