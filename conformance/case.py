@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import functools
+from dataclasses import dataclass, field, fields
 
 # The state-dict kind of every API token. The kind is a word of every id, so that
 # `pytest -k sharded` selects exactly the sharded cells.
@@ -47,6 +48,45 @@ DEFAULT_SHARDING: dict[str, str] = {
 DEFAULT_PRECISION = "fp32"
 KINDS = ("full", "local", "sharded")
 
+# The grammar of a cell's optimizer word: the optimizer, then its options, each an axis of its
+# own (conformance.optim): an implementation (foreach, fused), "groups" (two parameter groups),
+# and an LR scheduler's name. adamw, adam+fused, adamw+groups+onecycle; "adamw+sched" is AdamW
+# under StepLR, the word the matrix's first scheduler had.
+IMPLS = ("foreach", "fused")
+GROUPS = "groups"
+
+
+def optimizer_token(base: str, impl: str = "", groups: bool = False, scheduler: str = "") -> str:
+    """The optimizer word of an id from its axes."""
+    return "+".join(p for p in (base, impl, GROUPS if groups else "", scheduler) if p)
+
+
+def optimizer_axes(token: str) -> dict[str, str]:
+    """The axes of an optimizer word: base_optimizer, optimizer_impl ("" the default), param_groups
+    ("groups" or ""), scheduler ("" none)."""
+    return dict(_optimizer_axes(token))
+
+
+@functools.cache
+def _optimizer_axes(token: str) -> tuple[tuple[str, str], ...]:
+    base, *options = token.split("+")
+    impl = next((o for o in options if o in IMPLS), "")
+    rest = [o for o in options if o not in IMPLS and o != GROUPS]
+    if (
+        len(rest) > 1
+        or len(options) != len(set(options))
+        or optimizer_token(base, impl, GROUPS in options, "".join(rest)) != token
+    ):
+        raise ValueError(
+            f"optimizer {token!r}: write optimizer[+foreach|+fused][+groups][+scheduler], e.g. adamw+groups+onecycle"
+        )
+    return (
+        ("base_optimizer", base),
+        ("optimizer_impl", impl),
+        ("param_groups", GROUPS if GROUPS in options else ""),
+        ("scheduler", "".join(rest)),
+    )
+
 
 @dataclass(frozen=True, order=True)
 class Case:
@@ -60,7 +100,7 @@ class Case:
     sharding: str
     api: str  # a key of API_KINDS
     storage: str  # torch_save | torch_save_per_rank | dcp
-    optimizer: str  # sgd | adam | adamw | adamw+groups | adamw+sched
+    optimizer: str  # the optimizer word: optimizer[+impl][+groups][+scheduler] (optimizer_axes)
     model: str  # mlp
     world_size: int
     precision: str = DEFAULT_PRECISION
@@ -85,6 +125,7 @@ class Case:
             raise ValueError(f"unknown state-dict API {self.api!r}; known: {sorted(API_KINDS)}")
         if self.world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {self.world_size}")
+        optimizer_axes(self.optimizer)  # raises on a word outside the grammar
         if self.mesh and (
             len(self.mesh.split("x")) not in (2, 3)
             or not all(d.isdigit() and int(d) > 0 for d in self.mesh.split("x"))
@@ -144,10 +185,16 @@ class Case:
         return "-".join(parts)
 
     def axes(self) -> dict[str, str | int]:
-        """Every axis, plus the derived state-dict kind, as plain JSON-able values."""
-        out: dict[str, str | int] = asdict(self)
+        """Every axis, plus the derived ones (the state-dict kind, the family, the optimizer word's
+        axes), as plain JSON-able values: a copy the caller may change."""
+        return dict(self._axes)
+
+    @functools.cached_property
+    def _axes(self) -> dict[str, str | int]:  # every field is a str or an int: no deep copy
+        out: dict[str, str | int] = {f.name: getattr(self, f.name) for f in fields(self)}
         out["kind"] = self.kind
         out["family"] = self.family
+        out.update(optimizer_axes(self.optimizer))
         return out
 
 

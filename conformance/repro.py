@@ -57,14 +57,14 @@ def _generated(cell_id: str, every: dict[str, Case | Transfer]) -> Case | Transf
     """A property example's cell: its profile cell (the same id with a fixed optimizer and the
     mlp), with the generated optimizer schedule and model of the id."""
     from conformance.generated import MODEL_PREFIX
-    from conformance.optim.registry import OPTIMIZERS
     from conformance.property import Property
 
     tokens = cell_id.split("-")
     at = next((i for i, t in enumerate(tokens) if t.startswith(MODEL_PREFIX)), 0)
     if at < 2:
         return None
-    for optimizer in sorted(OPTIMIZERS):
+    words = {c.optimizer for c in every.values() if isinstance(c, Case)}  # the optimizer words of the matrix
+    for optimizer in sorted(words):
         base = every.get("-".join([*tokens[: at - 1], optimizer, "mlp", *tokens[at + 1 :]]))
         if base is not None:
             return Property(base).instantiate(tokens[at], tokens[at - 1])

@@ -21,6 +21,7 @@ from conformance.matrix import (
 )
 from conformance.observed import Observed, from_detail
 from conformance.optim.registry import plugin_modules as optimizer_plugins
+from conformance.optim.registry import unavailable as optimizer_unavailable
 from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome
 from conformance.precision.registry import plugin_modules as precision_plugins
 from conformance.strategy.registry import RegisteredStrategy
@@ -64,6 +65,9 @@ def cell_backend(choice: str, cell: Cell, gpus: int) -> str:
 
 def environment_skip(case: Case, backend: str) -> str | None:
     """Why this cell cannot run here, or None."""
+    missing = optimizer_unavailable(case.optimizer)
+    if missing:
+        return missing
     layout = layout_of(case)
     needs = layout.needs_accelerator or getattr(layout.apis.get(case.api), "needs_accelerator", "")
     if backend == "gloo" and needs:

@@ -47,7 +47,7 @@ def build_optimizer(
     else:
         groups = [{"params": params}]
     optim = spec.make(groups)
-    scheduler = torch.optim.lr_scheduler.StepLR(optim, step_size=2, gamma=0.5) if spec.scheduler else None
+    scheduler = spec.scheduler.make(optim) if spec.scheduler else None
     return optim, scheduler
 
 
@@ -92,12 +92,48 @@ def train(
         # the optimizer steps on the wrapper's parameters and on what a load put into it: a
         # step that raises on a loaded state (a param group that lost its "lr") is the cell's
         with code_under_test("the optimizer step on the wrapped model's (or loaded) state"):
-            optim.step()
+            if optimizer_of(case.optimizer).closure:  # LBFGS re-evaluates the loss (its documented use)
+                optim.step(_closure(model, optim, cls, x, y))
+            else:
+                optim.step()
             optim.zero_grad(set_to_none=True)
             if scheduler is not None:
-                scheduler.step()
+                _step_scheduler(scheduler, loss, case)
         losses.append(loss.item())
     return losses
+
+
+def _closure(model: nn.Module, optim: torch.optim.Optimizer, cls: Any, x: Any, y: Any) -> Any:
+    """The closure `optimizer.step(closure)` takes: the loss of the batch, recomputed with its
+    gradients (torch.optim.LBFGS's documentation), returned averaged over the world as the
+    gradients are: the objective is the world's, so every replica's optimizer sees the same loss
+    (LBFGS keeps it, prev_loss, and stops its inner iterations on it)."""
+
+    def closure() -> torch.Tensor:
+        optim.zero_grad()
+        loss = cls.loss(model(x), y)
+        loss.backward()
+        return _world_mean(loss)
+
+    return closure
+
+
+def _step_scheduler(scheduler: Any, loss: torch.Tensor, case: Case) -> None:
+    """scheduler.step(), or for a scheduler stepped on a metric (ReduceLROnPlateau) step(the loss
+    averaged over the world): every replica then lowers its LR at the same step."""
+    if not optimizer_of(case.optimizer).scheduler_metric:
+        scheduler.step()
+        return
+    scheduler.step(_world_mean(loss).item())
+
+
+def _world_mean(loss: torch.Tensor) -> torch.Tensor:
+    """The loss averaged over the world (a collective), detached."""
+    metric = loss.detach().clone()
+    if torch.distributed.is_initialized():
+        torch.distributed.all_reduce(metric)
+        metric /= torch.distributed.get_world_size()
+    return metric
 
 
 def train_state(

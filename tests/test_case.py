@@ -96,6 +96,7 @@ def test_unsupported_cells_are_declared_with_reasons() -> None:
 def test_default_profile_is_big_enough_and_covers_every_axis_value() -> None:
     from conformance.case import API_KINDS
     from conformance.matrix import ALL_WRAPPERS, OPTIMIZERS, STORAGES
+    from conformance.optim.registry import SCHEDULERS
 
     default = cases("default")
     assert len(default) >= 400
@@ -108,7 +109,11 @@ def test_default_profile_is_big_enough_and_covers_every_axis_value() -> None:
     assert set(ALL_WRAPPERS) | layouts <= {(c.wrapper, c.sharding) for c in runnable} == full
     assert {c.api for c in runnable} == set(API_KINDS)
     assert {c.storage for c in runnable} == set(STORAGES)
-    assert {c.optimizer for c in runnable} == set(OPTIMIZERS)
+    every = {name: set(values) for name, values in (("optimizer_impl", ("", "foreach", "fused")),)}
+    assert {c.axes()["base_optimizer"] for c in runnable} == set(OPTIMIZERS)
+    assert {c.axes()["optimizer_impl"] for c in runnable} == every["optimizer_impl"]
+    assert {c.axes()["param_groups"] for c in runnable} == {"", "groups"}
+    assert {c.axes()["scheduler"] for c in runnable} == {"", *SCHEDULERS}
     assert {c.precision for c in runnable} == {"fp32", "bf16"}
 
 

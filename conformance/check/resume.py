@@ -34,6 +34,7 @@ from conformance.check.slices import LAYOUT_WRAPPERS, MAIN_APIS, MAIN_WRAPPERS, 
 from conformance.check.snapshot import count_elements, full_state, local_state
 from conformance.layout.builtin import builtin_strategy
 from conformance.observed import Observed
+from conformance.optim.registry import optimizer_names, optimizer_product
 from conformance.outcome import Outcome
 from conformance.strategy.under_test import strategy_under_test
 from conformance.training import TRAIN_STEPS, train_state, train_steps
@@ -136,6 +137,18 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
 
 
 RESUME_SLICE = Slice("resume", MAIN_WRAPPERS, MAIN_APIS, optimizers=("adamw+sched",))
+# every optimizer value once, each scheduler among them (what a resume must carry on: a step size,
+# a cycle, a best loss); the full profile declares the product of the optimizer axes at 2 ranks,
+# whose pairs default's covering meets
+RESUME_OPTIMIZER_SLICE = dataclasses.replace(
+    RESUME_SLICE,
+    name="resume, optimizers",
+    apis=("dsd_sharded", "sd_full", "sd_sharded"),
+    optimizers=optimizer_names,
+)
+RESUME_PRODUCT_SLICE = dataclasses.replace(
+    RESUME_OPTIMIZER_SLICE, name="resume, the optimizer axes' product", optimizers=optimizer_product
+)
 # a frozen layer in the optimizer and a never-stepped one: what a resume must carry, at 2 ranks
 RESUME_IDLE_SLICE = dataclasses.replace(
     RESUME_SLICE, apis=("dsd_sharded", "sd_full"), models=("frozen_idle",)
@@ -162,12 +175,14 @@ CHECK = Check(
             "ci": ((RESUME_SLICE, (2,)), (RESUME_IDLE_SLICE, (2,))),
             "default": (
                 (RESUME_SLICE, (2,)),
+                (RESUME_OPTIMIZER_SLICE, (2,)),
                 (RESUME_IDLE_SLICE, (2,)),
                 (RESUME_LAYOUT_SLICE, (2,)),
                 (RESUME_PP_FSDP_SLICE, (4,)),
             ),
             "full": (
                 (RESUME_SLICE, (1, 2, 4)),
+                (RESUME_PRODUCT_SLICE, (2,)),
                 (RESUME_IDLE_SLICE, (1, 2, 4)),
                 (RESUME_LAYOUT_SLICE, (2, 4)),
                 (RESUME_PP_FSDP_SLICE, (4,)),

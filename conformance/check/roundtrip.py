@@ -30,6 +30,7 @@ from conformance.check.roundtrip_cells import (
     EP_SLICE,
     FEATURES,
     FLAT_WRAPPERS_AND_APIS,
+    GATE_OPTIMIZER_SLICE,
     HSDP_TP_SLICE,
     HSDP_WRAPPERS_AND_APIS,
     LAYOUT_CI_SLICE,
@@ -37,6 +38,7 @@ from conformance.check.roundtrip_cells import (
     MODEL_SLICE,
     MOE_SLICE,
     OPTIM_OFFLOAD_SLICE,
+    OPTIMIZER_PRODUCT_SLICE,
     OPTIMIZER_SLICE,
     PP_FSDP_SLICE,
     PRECISION_SLICE,
@@ -243,7 +245,7 @@ CHECK = Check(
         {
             "ci": (
                 (MAIN_SLICE, (2,)),
-                (OPTIMIZER_SLICE, (2,)),
+                (GATE_OPTIMIZER_SLICE, (2,)),
                 (OPTIM_OFFLOAD_SLICE, (2,)),
                 (LAYOUT_CI_SLICE, (2,)),
             ),
@@ -273,6 +275,7 @@ CHECK = Check(
                         EP_SLICE,
                     )
                 ),
+                (OPTIMIZER_PRODUCT_SLICE, (2,)),  # each option at 1 and 4 ranks: OPTIMIZER_SLICE
                 (HSDP_TP_SLICE, (8,)),
                 (TP_PROPERTY_SLICE, (2, 4)),
                 (PP_FSDP_SLICE, (2, 4)),

@@ -20,13 +20,23 @@ from conformance.check.slices import (
     TP_WRAPPERS,
     Slice,
 )
-from conformance.optim.registry import DEFAULT_OPTIMIZER, optimizer_names
+from conformance.optim.registry import DEFAULT_OPTIMIZER, gate_optimizers, optimizer_names, optimizer_product
 from conformance.precision.registry import is_default, mixed, mixed_precisions
 
 FLAT_WRAPPERS_AND_APIS = Slice("every 1-D wrapper x API x storage", ONE_D_WRAPPERS)
 HSDP_WRAPPERS_AND_APIS = Slice("HSDP x API x storage", HSDP_WRAPPERS)
+# each optimizer value once (ci, default); the product of the optimizer axes (full), whose
+# pairs a covering meets
 OPTIMIZER_SLICE = Slice(
     "optimizers", MAIN_WRAPPERS, ("dsd_sharded", "sd_full", "sd_sharded"), optimizers=optimizer_names
+)
+GATE_OPTIMIZER_SLICE = dataclasses.replace(
+    OPTIMIZER_SLICE, name="the gate's optimizers", optimizers=gate_optimizers
+)
+OPTIMIZER_PRODUCT_SLICE = dataclasses.replace(
+    OPTIMIZER_SLICE,
+    name="optimizers x implementations x param groups x schedulers",
+    optimizers=optimizer_product,
 )
 MODEL_SLICE = Slice(
     "models", MAIN_WRAPPERS, ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"), models=MODELS
@@ -104,7 +114,8 @@ FEATURES: tuple[Feature, ...] = (
     ),
     Feature(
         "optimizers",
-        "SGD, Adam, two param groups, an LR scheduler",
+        "every stateful torch.optim optimizer (Adafactor's factored state, LBFGS's, NAdam's and ASGD's "
+        "scalars), foreach and fused, two param groups, each stateful LR scheduler",
         lambda a: _basic(a) and a["optimizer"] != DEFAULT_OPTIMIZER,
     ),
     Feature("4 ranks", "the round trip at 4 ranks", lambda a: a["world_size"] == 4),

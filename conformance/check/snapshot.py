@@ -115,6 +115,19 @@ def _optimizer_state(optimizers: Sequence[Any]) -> tuple[list[tuple[Any, Any]], 
     return entries, groups
 
 
+def _without_padding(param: Any, value: Any) -> Any:
+    """An optimizer state tensor of an FSDP1 flat-parameter shard with the shard's padding
+    (`_shard_numel_padded` trailing elements, which no parameter owns and which no checkpoint API
+    saves) set to zero, on a copy: what an optimizer keeps there (Adamax's eps, Rprop's initial
+    step size) never reaches a parameter, so the comparison leaves it out. Any other value as it is."""
+    padded = getattr(param, "_shard_numel_padded", 0)
+    if not padded or not isinstance(value, torch.Tensor) or value.shape != param.shape or value.dim() != 1:
+        return value
+    value = value.detach().clone()
+    value[value.numel() - padded :] = 0
+    return value
+
+
 def _raw_state(model: nn.Module, optim: Optimizers, scheduler: Any) -> Snapshot:
     """Every state value as it lives on this rank (DTensors kept as DTensors). The param groups
     of several optimizers are numbered on, in their order."""
@@ -129,7 +142,7 @@ def _raw_state(model: nn.Module, optim: Optimizers, scheduler: Any) -> Snapshot:
     for param, entries in state:
         pname = names.get(id(param)) or _stray_key(param)
         for key, value in entries.items():
-            out[f"optim/{pname}/{key}"] = value
+            out[f"optim/{pname}/{key}"] = _without_padding(param, value)
     for i, group in enumerate(groups):
         for key, value in group.items():
             if key == "params":

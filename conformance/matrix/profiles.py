@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from conformance.case import DEFAULT_PRECISION, Case
+from conformance.optim.registry import gate_optimizers
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,11 @@ REFERENCE_ROWS: tuple[tuple[str, str, str, str], ...] = (
 
 
 def reference(case: Case) -> bool:
-    """A built-in cell of a reference row on the mlp in fp32 at 2 ranks."""
+    """A built-in cell of a reference row on the mlp in fp32 at 2 ranks, with an optimizer of the
+    gate (conformance.optim.registry.GATE_OPTIMIZERS, or a plugin's)."""
     return (
         not case.strategy
+        and case.optimizer in gate_optimizers()
         and (case.wrapper, case.sharding, case.api, case.storage) in REFERENCE_ROWS
         and case.model == "mlp"
         and case.precision == DEFAULT_PRECISION

@@ -1,27 +1,70 @@
-"""What an optimizer axis value is: how to build the torch optimizer over the cell's parameter
-groups, whether those are two groups with their own hyperparameters, and whether an LR scheduler
-(saved with it) drives it."""
+"""What the optimizer axes are: an optimizer (how to build the torch optimizer over the cell's
+parameter groups), an LR scheduler (how to build it over the optimizer, and what its step takes),
+and a Choice, one cell's optimizer token (conformance.case.optimizer_axes: the optimizer, its
+implementation, its parameter groups and its scheduler, separate axes of one word of the id)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-Make = Callable[[list[dict]], torch.optim.Optimizer]
+Make = Callable[..., torch.optim.Optimizer]  # (param groups, **implementation flags) -> optimizer
+
+
+def _always() -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
 class Optimizer:
-    """name: the axis value, a word of every cell id. make: the torch optimizer over the
-    parameter groups the harness builds (one group, or two with `groups`). groups: weights and
-    biases in two groups, the biases without decay and at twice the LR. scheduler: a StepLR
-    (step 2, gamma 0.5) steps after each optimizer step and is saved and loaded with it.
-    description: what it brings that the other values do not (its state's shapes, scalars)."""
+    """name: the axis value, the first part of the optimizer word of every cell id. make: the torch
+    optimizer over the parameter groups the harness builds (one group, or two with +groups), with
+    an implementation's flag (foreach=True, fused=True) as a keyword where the cell asks for one.
+    impls: the implementations the CPU build has besides the default. takes_groups: False where the
+    optimizer refuses per-parameter options (LBFGS). closure: its step re-evaluates the loss
+    (`step(closure)`). unavailable: why this torch lacks it (None: it has it). description: what it
+    brings that the other values do not (its state's shapes, scalars)."""
 
     name: str
     make: Make
-    groups: bool = False
-    scheduler: bool = False
     description: str = ""
+    impls: tuple[str, ...] = ()
+    takes_groups: bool = True
+    closure: bool = False
+    unavailable: Callable[[], str | None] = field(default=_always, compare=False)
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """An LR scheduler stepped after each optimizer step and saved and loaded with it. make: the
+    scheduler over the cell's optimizer. metric: its step takes the loss (ReduceLROnPlateau)."""
+
+    name: str
+    make: Callable[[torch.optim.Optimizer], Any]
+    description: str = ""
+    metric: bool = False
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One cell's optimizer token, resolved: the optimizer, its implementation ("", foreach, fused),
+    whether the parameters are in two groups, and the scheduler (None: none)."""
+
+    optimizer: Optimizer
+    impl: str = ""
+    groups: bool = False
+    scheduler: Scheduler | None = None
+
+    def make(self, groups: list[dict]) -> torch.optim.Optimizer:
+        return self.optimizer.make(groups, **({self.impl: True} if self.impl else {}))
+
+    @property
+    def closure(self) -> bool:
+        return self.optimizer.closure
+
+    @property
+    def scheduler_metric(self) -> bool:
+        return self.scheduler is not None and self.scheduler.metric
