@@ -207,7 +207,8 @@ class Check:
     """name: the check axis. title: its section in the reports. features: its columns of the
     feature table. shape: its cells per profile. execute: runs one cell. registered: registered
     strategies get its cells (each declares in Supports.checks which it takes). properties:
-    the hypothesis properties (cases/test_property.py) run it over generated configurations."""
+    the hypothesis properties (cases/test_property.py) run it over generated configurations.
+    own_templates: its cells shape the template a load goes into (conformance.check.template)."""
 
     name: str
     title: str
@@ -216,6 +217,9 @@ class Check:
     features: tuple[Feature, ...] = ()
     registered: bool = False
     properties: bool = False
+    # its cells load into templates they shape themselves, the pitfalls included (the template
+    # check): the matrix's rules about what a template cannot hold do not apply to them
+    own_templates: bool = False
 
     @property
     def fixture(self) -> str:

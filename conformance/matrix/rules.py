@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.case import Case, Transfer
+from conformance.check.registry import CHECKS
 from conformance.check.slices import (
     EXPERT_MODELS,
     IN_PLACE_STORAGES,
@@ -37,6 +38,12 @@ def _holds(condition: Any, value: Any) -> bool:
     if callable(condition):
         return bool(condition(value))
     return value in (condition if isinstance(condition, tuple) else (condition,))
+
+
+def _template_rules_apply(check: str) -> bool:
+    """Whether a check's cells load into the template the API gives (every check but one that
+    shapes its templates itself, the pitfalls included: Check.own_templates)."""
+    return check not in CHECKS or not CHECKS[check].own_templates
 
 
 _ONE_FILE = (
@@ -72,10 +79,12 @@ UNSUPPORTED: tuple[Rule, ...] = (
         {
             "storage": IN_PLACE_STORAGES,
             "api": tuple(a for a in STATE_APIS["fsdp1"] if not a.startswith("dsd_")),
+            "check": _template_rules_apply,
         },
         "DCP loads in place into a template state dict, and the optimizer state dict of a freshly "
         "built optimizer (optimizer.state_dict, FSDP.optim_state_dict) is empty: there is nothing "
-        "to load the optimizer state into. DCP goes with get/set_state_dict (dsd_*)",
+        "to load the optimizer state into. DCP goes with get/set_state_dict (dsd_*); what a load into "
+        "that empty template does is the template check's fresh_optimizer cells",
     ),
     Rule(
         {"storage": IN_PLACE_STORAGES, "api": ("dsd_full_bcast", "dsd_full_offload")},

@@ -17,10 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from conformance.findings import Finding
-from conformance.matrix.covering import items, row_of_axes
+from conformance.matrix.covering import FIELDS, items, row_of_axes
 from conformance.outcome import FAILING, CellResult, Outcome
 
-AXES = ("layout", "mesh", "api", "storage", "optimizer", "model", "precision", "world_size", "variant")
+AXES = ("layout", *FIELDS)  # the covering's axes: the optimizer word's four among them
 
 
 @dataclass

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from conformance.world import RankContext
+from conformance.world.attribution import harness_code
 
 StateDict = dict[str, Any]
 
@@ -143,6 +144,9 @@ class ComposedStrategy:
     wrapper: Wrapper
     api: StateApi
     storage: Storage
+    # how the template a storage loads in place into is shaped before the load (the template
+    # check: a template of a model that lost a layer, or cast); None: as the API gives it
+    shape_template: Callable[[StateDict], StateDict] | None = None
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
         return self.wrapper.wrap(model, ctx)
@@ -159,8 +163,18 @@ class ComposedStrategy:
     def read_model_state(self, path: Path) -> StateDict:
         return self.storage.read(path)["model"]
 
+    def load_template(self, state: TrainState) -> StateDict:
+        """What a storage that loads in place (DCP) loads into: the state dict the fresh model and
+        optimizer give through the API, shaped by `shape_template` (the harness's code: what
+        escapes it is a harness-error, never the strategy's)."""
+        given = self._state_dict(state)
+        if self.shape_template is None:
+            return given
+        with harness_code():
+            return self.shape_template(given)
+
     def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
-        loaded = self.storage.load(path, ctx, lambda: self._state_dict(state))
+        loaded = self.storage.load(path, ctx, lambda: self.load_template(state))
         self.api.set(state.model, state.optim, loaded)
         if state.scheduler is not None:
             state.scheduler.load_state_dict(loaded["scheduler"])

@@ -36,6 +36,20 @@ def code_under_test(call: str) -> Iterator[None]:
         raise
 
 
+@contextlib.contextmanager
+def harness_code() -> Iterator[None]:
+    """Run the body as the harness's own code even inside `code_under_test` (a template the harness
+    shapes within a strategy's load): an exception escaping it is a harness-error, never the
+    strategy's."""
+    try:
+        yield
+    except BaseException as exc:
+        if raised_in(exc) is None:
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(exc, _MARK, "")
+        raise
+
+
 def raised_in(exc: BaseException) -> str | None:
     """The call under test an exception escaped from (or "check verdict"), None for the
     harness's own."""

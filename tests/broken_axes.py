@@ -1,0 +1,64 @@
+"""Broken strategies for the newer axes, each the built-in strategy with one thing done wrong:
+
+- lenient_load: loads through get/set_state_dict with strict=False, so a template that lacks a
+  module loads silently less than the checkpoint holds (the template check's missing_module cell
+  must catch it; the built-in strategy raises there and passes);
+- transposes_factored_state: saves an optimizer state tensor that is not shaped like its parameter
+  (Adafactor's row_var and col_var) transposed (the round trip on Adafactor must catch it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+from conformance.case import Case
+from conformance.layout.builtin import builtin_strategy
+from conformance.strategy.protocol import ComposedStrategy, Strategy, TrainState
+from conformance.world import RankContext
+from tests.broken import Delegating
+
+
+@dataclass(frozen=True)
+class LenientLoad(ComposedStrategy):
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        loaded = self.storage.load(path, ctx, lambda: self.load_template(state))
+        set_state_dict(
+            state.model,
+            state.optim,
+            model_state_dict=loaded["model"],
+            optim_state_dict=loaded["optim"],
+            options=StateDictOptions(strict=False),
+        )
+        if state.scheduler is not None:
+            state.scheduler.load_state_dict(loaded["scheduler"])
+
+
+def lenient_load(case: Case) -> Strategy:
+    built = builtin_strategy(case)
+    assert isinstance(built, ComposedStrategy)
+    return LenientLoad(built.wrapper, built.api, built.storage)
+
+
+class TransposesFactoredState(Delegating):
+    def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        flipped = []
+        for param, entry in state.optim.state.items():
+            for key, value in list(entry.items()):
+                if isinstance(value, torch.Tensor) and value.dim() == 2 and value.shape != param.shape:
+                    flipped.append((entry, key, value))
+                    entry[key] = value.t().contiguous()
+        if not flipped:
+            raise AssertionError("no optimizer state unlike its parameter to transpose")
+        try:
+            self.base.save(state, path, ctx)
+        finally:
+            for entry, key, value in flipped:
+                entry[key] = value
+
+
+def transposes_factored_state(case: Case) -> Strategy:
+    return TransposesFactoredState(builtin_strategy(case))  # type: ignore[return-value]

@@ -1,0 +1,69 @@
+"""The checks meant for the newer axis values catch a strategy that mishandles them (tests/broken_axes.py),
+and the same cells pass with the built-in strategy (the control)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+
+from conformance.case import Case
+from conformance.layout.builtin import builtin_strategy
+from conformance.outcome import Outcome
+from conformance.runner import run_case
+from conformance.world import WorldPool
+from tests import broken_axes
+
+MISSING_MODULE = Case(
+    "fsdp2", "shard", "dsd_sharded", "dcp", "adamw", "mlp", 2, check="template", variant="missing_module"
+)
+ADAFACTOR = Case("ddp", "replicate", "sd_full", "torch_save", "adafactor", "mlp", 2)
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[WorldPool]:
+    with WorldPool() as pool:
+        yield pool
+
+
+def test_a_lenient_load_of_a_template_missing_a_module_is_caught(pool: WorldPool) -> None:
+    control = run_case(pool, MISSING_MODULE, backend="gloo", timeout_s=120, strategy_factory=builtin_strategy)
+    assert control.outcome is Outcome.PASS and "raised" in control.detail, control.detail
+    result = run_case(
+        pool, MISSING_MODULE, backend="gloo", timeout_s=120, strategy_factory=broken_axes.lenient_load
+    )
+    assert result.outcome is Outcome.FAIL, result.detail
+    assert (
+        "fc3.weight" in result.detail
+        and "loaded into the model template without one module's keys" in result.detail
+    )
+
+
+def test_a_transposed_factored_optimizer_state_is_caught(pool: WorldPool) -> None:
+    control = run_case(pool, ADAFACTOR, backend="gloo", timeout_s=120, strategy_factory=builtin_strategy)
+    assert control.outcome is Outcome.PASS, control.detail
+    result = run_case(
+        pool, ADAFACTOR, backend="gloo", timeout_s=120, strategy_factory=broken_axes.transposes_factored_state
+    )
+    assert result.outcome is Outcome.FAIL, result.detail
+    assert "row_var" in result.detail or "col_var" in result.detail, result.detail
+
+
+def test_a_scheduler_with_state_of_its_own_is_restored_bitwise(pool: WorldPool) -> None:
+    """Each scheduler's resume passes with the built-in strategy (what drops_scheduler in
+    tests/test_broken_strategies.py breaks)."""
+    for scheduler in ("onecycle", "plateau", "sequential"):
+        case = dataclasses.replace(ADAFACTOR, optimizer=f"adamw+{scheduler}", check="resume")
+        result = run_case(pool, case, backend="gloo", timeout_s=120, strategy_factory=builtin_strategy)
+        assert result.outcome is Outcome.PASS, (scheduler, result.detail)
+
+
+@pytest.mark.parametrize("scheduler", ["onecycle", "cosine_restarts", "sequential", "chained", "plateau"])
+def test_a_scheduler_not_restored_is_caught_for_every_scheduler(pool: WorldPool, scheduler: str) -> None:
+    from tests import broken
+
+    case = dataclasses.replace(ADAFACTOR, optimizer=f"adamw+{scheduler}")
+    result = run_case(pool, case, backend="gloo", timeout_s=120, strategy_factory=broken.drops_scheduler)
+    assert result.outcome is Outcome.FAIL, result.detail
+    assert "scheduler/" in result.detail, result.detail
