@@ -23,6 +23,13 @@ def _chained(optim: torch.optim.Optimizer) -> lrs.LRScheduler:
     )
 
 
+def _one_cycle(optim: torch.optim.Optimizer) -> lrs.LRScheduler:
+    """OneCycleLR cycles momentum (or beta1) too where the optimizer has it: its documented
+    default, which raises for an optimizer without either (Adagrad, Rprop, LBFGS, ...)."""
+    cycles = any(key in optim.defaults for key in ("momentum", "betas"))
+    return lrs.OneCycleLR(optim, max_lr=2e-2, total_steps=32, cycle_momentum=cycles)
+
+
 SCHEDULERS: tuple[Scheduler, ...] = (
     # "sched" is StepLR's word since the matrix's first scheduler: the ids of published cells keep it
     Scheduler(
@@ -32,8 +39,9 @@ SCHEDULERS: tuple[Scheduler, ...] = (
     ),
     Scheduler(
         "onecycle",
-        lambda optim: lrs.OneCycleLR(optim, max_lr=2e-2, total_steps=32),
-        description="OneCycleLR: momentum (or betas) cycled with the LR, written into the param groups",
+        _one_cycle,
+        description="OneCycleLR: the LR, and momentum (or betas) where the optimizer has them, cycled in the "
+        "param groups",
     ),
     Scheduler(
         "cosine_restarts",
