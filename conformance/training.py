@@ -69,6 +69,7 @@ def train(
     `engine.step()` as its documentation trains, instead of the model and the optimizer."""
     cls = model_class(case.model)
     data_rank = layout_of(case).data_rank(case, ctx.rank)
+    choice = optimizer_of(case.optimizer)  # resolved once, not per step
     losses = []
     for step in range(start_step, start_step + steps):
         gen = torch.Generator().manual_seed(ctx.seed * 1_000_003 + data_rank * 1009 + step)
@@ -92,13 +93,13 @@ def train(
         # the optimizer steps on the wrapper's parameters and on what a load put into it: a
         # step that raises on a loaded state (a param group that lost its "lr") is the cell's
         with code_under_test("the optimizer step on the wrapped model's (or loaded) state"):
-            if optimizer_of(case.optimizer).closure:  # LBFGS re-evaluates the loss (its documented use)
+            if choice.closure:  # LBFGS re-evaluates the loss (its documented use)
                 optim.step(_closure(model, optim, cls, x, y))
             else:
                 optim.step()
             optim.zero_grad(set_to_none=True)
             if scheduler is not None:
-                _step_scheduler(scheduler, loss, case)
+                _step_scheduler(scheduler, loss, choice.scheduler_metric)
         losses.append(loss.item())
     return losses
 
@@ -118,10 +119,10 @@ def _closure(model: nn.Module, optim: torch.optim.Optimizer, cls: Any, x: Any, y
     return closure
 
 
-def _step_scheduler(scheduler: Any, loss: torch.Tensor, case: Case) -> None:
+def _step_scheduler(scheduler: Any, loss: torch.Tensor, metric: bool) -> None:
     """scheduler.step(), or for a scheduler stepped on a metric (ReduceLROnPlateau) step(the loss
     averaged over the world): every replica then lowers its LR at the same step."""
-    if not optimizer_of(case.optimizer).scheduler_metric:
+    if not metric:
         scheduler.step()
         return
     scheduler.step(_world_mean(loss).item())

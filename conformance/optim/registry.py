@@ -94,11 +94,6 @@ def optimizer_product() -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def scheduled(names: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The default optimizer under each scheduler (resume's slices): what a resume must carry on."""
-    return tuple(sorted(optimizer_token(DEFAULT_OPTIMIZER, scheduler=s) for s in SCHEDULERS)) + names
-
-
 def builtin_optimizer(name: str) -> bool:
     """Whether the cell's optimizer is one the package has built in (not a plugin's)."""
     return optimizer_axes(name)["base_optimizer"] in {o.name for o in builtin.OPTIMIZERS}
