@@ -24,6 +24,7 @@ from conformance.optim.registry import plugin_modules as optimizer_plugins
 from conformance.optim.registry import unavailable as optimizer_unavailable
 from conformance.outcome import FAILING, NEVER_EXPECTED, CellResult, Outcome
 from conformance.precision.registry import plugin_modules as precision_plugins
+from conformance.precision.registry import unavailable as precision_unavailable
 from conformance.strategy.registry import RegisteredStrategy
 from conformance.strategy.storage import STORAGES
 from conformance.world import CellPool
@@ -65,7 +66,7 @@ def cell_backend(choice: str, cell: Cell, gpus: int) -> str:
 
 def environment_skip(case: Case, backend: str) -> str | None:
     """Why this cell cannot run here, or None."""
-    missing = optimizer_unavailable(case.optimizer)
+    missing = optimizer_unavailable(case.optimizer) or precision_unavailable(case.precision)
     if missing:
         return missing
     layout = layout_of(case)

@@ -17,6 +17,7 @@ from conformance.generated import ScheduleSpec, is_generated_optimizer
 from conformance.layout.registry import layout_of
 from conformance.models import has_idle_parameters, model_class
 from conformance.optim.registry import optimizer_of
+from conformance.precision.registry import precision_of
 from conformance.world import RankContext
 from conformance.world.attribution import code_under_test
 
@@ -60,20 +61,24 @@ def train(
     steps: int = TRAIN_STEPS,
     start_step: int = 0,
     engine: Any = None,
+    scaler: Any = None,
 ) -> list[float]:
     """A few steps on per-replica batches; returns the per-step losses. The batch of a step
     depends on (cell seed, data-parallel rank, step) only: a resumed run from `start_step`
     sees the same data as the run it resumes, and the ranks of one tensor-parallel group or
     one pipeline see the same batches, as they must (Layout.data_rank). engine: a framework's
     engine that owns the step (TrainState.engine): `engine(x)`, `engine.backward(loss)`,
-    `engine.step()` as its documentation trains, instead of the model and the optimizer."""
+    `engine.step()` as its documentation trains, instead of the model and the optimizer.
+    scaler: the cell's GradScaler (its precision scales the loss): the loss is scaled for the
+    backward and `scaler.step(optim)`, `scaler.update()` step, as the AMP recipe does."""
     cls = model_class(case.model)
     data_rank = layout_of(case).data_rank(case, ctx.rank)
     choice = optimizer_of(case.optimizer)  # resolved once, not per step
+    precision = precision_of(case.precision)
     losses = []
     for step in range(start_step, start_step + steps):
         gen = torch.Generator().manual_seed(ctx.seed * 1_000_003 + data_rank * 1009 + step)
-        x, y = (t.to(ctx.device) for t in cls.batch(gen))  # type: ignore[attr-defined]
+        x, y = precision.batch(*(t.to(ctx.device) for t in cls.batch(gen)))  # type: ignore[attr-defined]
         if engine is not None:
             with code_under_test("the framework engine's forward, backward and step"):
                 loss = cls.loss(engine(x), y)  # type: ignore[attr-defined]
@@ -88,13 +93,17 @@ def train(
             if step_of is not None:
                 loss = step_of(x, y)
             else:
-                loss = cls.loss(model(x), y)  # type: ignore[attr-defined]
-                loss.backward()
+                with precision.forward(ctx.device):
+                    loss = cls.loss(model(x), y)  # type: ignore[attr-defined]
+                (loss if scaler is None else scaler.scale(loss)).backward()
         # the optimizer steps on the wrapper's parameters and on what a load put into it: a
         # step that raises on a loaded state (a param group that lost its "lr") is the cell's
         with code_under_test("the optimizer step on the wrapped model's (or loaded) state"):
             if choice.closure:  # LBFGS re-evaluates the loss (its documented use)
                 optim.step(_closure(model, optim, cls, x, y))
+            elif scaler is not None:  # skips the step on inf/NaN gradients, then adapts the scale
+                scaler.step(optim)
+                scaler.update()
             else:
                 optim.step()
             optim.zero_grad(set_to_none=True)
@@ -151,4 +160,5 @@ def train_state(
         steps=train_steps(case.optimizer) if steps is None else steps,
         start_step=start_step,
         engine=state.engine,
+        scaler=state.scaler,
     )

@@ -4,7 +4,10 @@
   module loads silently less than the checkpoint holds (the template check's missing_module cell
   must catch it; the built-in strategy raises there and passes);
 - transposes_factored_state: saves an optimizer state tensor that is not shaped like its parameter
-  (Adafactor's row_var and col_var) transposed (the round trip on Adafactor must catch it).
+  (Adafactor's row_var and col_var) transposed (the round trip on Adafactor must catch it);
+- drops_scaler: saves and loads the model, optimizer and scheduler, but not the GradScaler's
+  state, as a checkpoint written before loss scaling came in does (the round trip and the
+  resume of an fp16 cell must catch it: the scale and growth tracker stay a fresh scaler's).
 """
 
 from __future__ import annotations
@@ -62,3 +65,25 @@ class TransposesFactoredState(Delegating):
 
 def transposes_factored_state(case: Case) -> Strategy:
     return TransposesFactoredState(builtin_strategy(case))  # type: ignore[return-value]
+
+
+class DropsScaler(Delegating):
+    def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        scaler, state.scaler = state.scaler, None
+        if scaler is None:
+            raise AssertionError("the cell has no GradScaler to leave out")
+        try:
+            self.base.save(state, path, ctx)
+        finally:
+            state.scaler = scaler
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        scaler, state.scaler = state.scaler, None
+        try:
+            self.base.load(state, path, ctx)
+        finally:
+            state.scaler = scaler
+
+
+def drops_scaler(case: Case) -> Strategy:
+    return DropsScaler(builtin_strategy(case))  # type: ignore[return-value]

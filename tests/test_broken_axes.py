@@ -19,6 +19,8 @@ MISSING_MODULE = Case(
     "fsdp2", "shard", "dsd_sharded", "dcp", "adamw", "mlp", 2, check="template", variant="missing_module"
 )
 ADAFACTOR = Case("ddp", "replicate", "sd_full", "torch_save", "adafactor", "mlp", 2)
+FP16_FSDP2 = Case("fsdp2", "shard", "dsd_sharded", "dcp", "adamw", "mlp", 2, "fp16_amp")
+FP16_DDP = Case("ddp", "replicate", "sd_full", "torch_save", "adamw", "mlp", 2, "fp16_amp")
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +69,18 @@ def test_a_scheduler_not_restored_is_caught_for_every_scheduler(pool: WorldPool,
     result = run_case(pool, case, backend="gloo", timeout_s=120, strategy_factory=broken.drops_scheduler)
     assert result.outcome is Outcome.FAIL, result.detail
     assert "scheduler/" in result.detail, result.detail
+
+
+@pytest.mark.parametrize(
+    "case",
+    [FP16_DDP, FP16_FSDP2, dataclasses.replace(FP16_FSDP2, precision="fp16_mp", check="resume")],
+    ids=lambda c: c.id,
+)
+def test_a_loss_scaler_not_restored_is_caught(pool: WorldPool, case: Case) -> None:
+    """A GradScaler (torch.amp's under DDP, ShardedGradScaler under FSDP) restored bitwise by the
+    built-in strategy; a strategy that leaves it out of the checkpoint fails on its state."""
+    control = run_case(pool, case, backend="gloo", timeout_s=120, strategy_factory=builtin_strategy)
+    assert control.outcome is Outcome.PASS, control.detail
+    result = run_case(pool, case, backend="gloo", timeout_s=120, strategy_factory=broken_axes.drops_scaler)
+    assert result.outcome is Outcome.FAIL, result.detail
+    assert "scaler/" in result.detail, result.detail

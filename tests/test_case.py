@@ -97,6 +97,7 @@ def test_default_profile_is_big_enough_and_covers_every_axis_value() -> None:
     from conformance.case import API_KINDS
     from conformance.matrix import ALL_WRAPPERS, OPTIMIZERS, STORAGES
     from conformance.optim.registry import SCHEDULERS
+    from conformance.precision.registry import PRECISIONS
 
     default = cases("default")
     assert len(default) >= 400
@@ -114,7 +115,7 @@ def test_default_profile_is_big_enough_and_covers_every_axis_value() -> None:
     assert {c.axes()["optimizer_impl"] for c in runnable} == every["optimizer_impl"]
     assert {c.axes()["param_groups"] for c in runnable} == {"", "groups"}
     assert {c.axes()["scheduler"] for c in runnable} == {"", *SCHEDULERS}
-    assert {c.precision for c in runnable} == {"fp32", "bf16"}
+    assert {c.precision for c in runnable} == set(PRECISIONS)
 
 
 def test_seed_recipes_are_rows_of_the_default_declaration_and_their_triples_run() -> None:

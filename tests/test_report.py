@@ -260,7 +260,7 @@ def test_feature_table_says_yes_partial_no_unsupported_and_unknown() -> None:
     assert got["optimizers"] == "partial 1/2"
     assert got["tied weights"] == "no"
     assert got["buffers"] == "known no"
-    assert got["bf16"] == "unsupported"
+    assert got["mixed prec."] == "unsupported"
     assert got["experts"] == "skip"
     # nothing of the run tests these: unknown, never "no"
     assert got["resume"] == got["hygiene"] == got["4 ranks"] == "unknown"

@@ -16,6 +16,7 @@ gather, never from a state-dict API:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -95,7 +96,7 @@ def canonicalize(full: Snapshot, layouts: dict[str, Layout], shapes: dict[str, t
 def canonical_state(
     model: nn.Module,
     optim: Optimizers,
-    scheduler: Any,
+    stateful: Mapping[str, Any] | None,
     ctx: RankContext,
     *,
     sharded: bool,
@@ -103,7 +104,7 @@ def canonical_state(
 ) -> Snapshot | None:
     """The canonical state on rank 0 (None elsewhere). A collective. `plain`: the unwrapped
     model of the same architecture, for the original shapes."""
-    full = full_state(model, optim, scheduler, ctx, sharded=sharded)
+    full = full_state(model, optim, stateful, ctx, sharded=sharded)
     if full is None:
         return None
     shapes = {clean_name(n): tuple(p.shape) for n, p in plain.named_parameters()}

@@ -7,9 +7,18 @@ from __future__ import annotations
 from conformance.check import transfer
 from conformance.check.base import Check, Feature, ReshardCells
 from conformance.check.slices import MAIN_APIS, MAIN_WRAPPERS, Slice
+from conformance.precision.registry import other_precisions
 
 RESHARD_SLICE = Slice("resharding", MAIN_WRAPPERS, MAIN_APIS)
 RESHARD_PAIRS: tuple[tuple[int, int], ...] = ((1, 2), (2, 1), (2, 4), (4, 2))
+# each precision, through DCP (a GradScaler's scale and bf16 state into a world of twice the ranks)
+RESHARD_PRECISION_SLICE = Slice(
+    "resharding, precisions",
+    (("ddp", "replicate"), ("fsdp1", "full_shard"), ("fsdp2", "shard")),
+    ("dsd_sharded",),
+    storages=("dcp",),
+    precisions=other_precisions,
+)
 
 CHECK = Check(
     name="reshard",
@@ -17,8 +26,8 @@ CHECK = Check(
     shape=ReshardCells(
         {
             "ci": ((RESHARD_SLICE, ((1, 2), (2, 1))),),
-            "default": ((RESHARD_SLICE, RESHARD_PAIRS),),
-            "full": ((RESHARD_SLICE, RESHARD_PAIRS),),
+            "default": ((RESHARD_SLICE, RESHARD_PAIRS), (RESHARD_PRECISION_SLICE, ((2, 4),))),
+            "full": ((RESHARD_SLICE, RESHARD_PAIRS), (RESHARD_PRECISION_SLICE, ((2, 4), (4, 2)))),
         }
     ),
     execute=transfer.execute,

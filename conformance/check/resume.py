@@ -36,6 +36,7 @@ from conformance.layout.builtin import builtin_strategy
 from conformance.observed import Observed
 from conformance.optim.registry import optimizer_names, optimizer_product
 from conformance.outcome import Outcome
+from conformance.precision.registry import other_precisions
 from conformance.strategy.under_test import strategy_under_test
 from conformance.training import TRAIN_STEPS, train_state, train_steps
 from conformance.world import RankContext
@@ -55,8 +56,8 @@ def _finish(state: Any, case: Case, ctx: RankContext) -> dict[str, Any]:
     sharded = flat_sharded(case, ctx.world_size)
     return {
         "losses": losses,
-        "local": local_state(state.model, state.optimizers, state.scheduler),
-        "full": full_state(state.model, state.optimizers, state.scheduler, ctx, sharded=sharded),
+        "local": local_state(state.model, state.optimizers, state.stateful),
+        "full": full_state(state.model, state.optimizers, state.stateful, ctx, sharded=sharded),
     }
 
 
@@ -149,6 +150,13 @@ RESUME_OPTIMIZER_SLICE = dataclasses.replace(
 RESUME_PRODUCT_SLICE = dataclasses.replace(
     RESUME_OPTIMIZER_SLICE, name="resume, the optimizer axes' product", optimizers=optimizer_product
 )
+# each precision: the loss scaler's scale and growth tracker, bf16 state, must carry on bitwise
+RESUME_PRECISION_SLICE = dataclasses.replace(
+    RESUME_SLICE,
+    name="resume, precisions",
+    apis=("dsd_sharded", "sd_full", "sd_sharded"),
+    precisions=other_precisions,
+)
 # a frozen layer in the optimizer and a never-stepped one: what a resume must carry, at 2 ranks
 RESUME_IDLE_SLICE = dataclasses.replace(
     RESUME_SLICE, apis=("dsd_sharded", "sd_full"), models=("frozen_idle",)
@@ -176,6 +184,7 @@ CHECK = Check(
             "default": (
                 (RESUME_SLICE, (2,)),
                 (RESUME_OPTIMIZER_SLICE, (2,)),
+                (RESUME_PRECISION_SLICE, (2,)),
                 (RESUME_IDLE_SLICE, (2,)),
                 (RESUME_LAYOUT_SLICE, (2,)),
                 (RESUME_PP_FSDP_SLICE, (4,)),
@@ -183,6 +192,7 @@ CHECK = Check(
             "full": (
                 (RESUME_SLICE, (1, 2, 4)),
                 (RESUME_PRODUCT_SLICE, (2,)),
+                (RESUME_PRECISION_SLICE, (2,)),
                 (RESUME_IDLE_SLICE, (1, 2, 4)),
                 (RESUME_LAYOUT_SLICE, (2, 4)),
                 (RESUME_PP_FSDP_SLICE, (4,)),

@@ -41,6 +41,9 @@ from conformance.check.roundtrip_cells import (
     OPTIMIZER_PRODUCT_SLICE,
     OPTIMIZER_SLICE,
     PP_FSDP_SLICE,
+    PRECISION_CI_SLICE,
+    PRECISION_MODEL_SLICE,
+    PRECISION_OPTIMIZER_SLICE,
     PRECISION_SLICE,
     TP_PROPERTY_SLICE,
     TP_SLICE,
@@ -53,6 +56,7 @@ from conformance.layout.registry import layout_of
 from conformance.models import build_model
 from conformance.observed import from_detail
 from conformance.outcome import Outcome
+from conformance.precision.registry import precision_of
 from conformance.strategy.owned import owned_state
 from conformance.strategy.protocol import Strategy, TrainState
 from conformance.strategy.under_test import strategy_under_test
@@ -106,12 +110,14 @@ def limit_lines(lines: list[str]) -> list[str]:
 def fresh_state(
     strategy: Strategy, case: Case, ctx: RankContext, seed: int, preload: Callable[[Any], None] | None = None
 ) -> TrainState:
-    model = build_model(case.model, seed, ctx.rank, ctx.world_size)
+    precision = precision_of(case.precision)
+    model = precision.prepare(build_model(case.model, seed, ctx.rank, ctx.world_size))
     if preload is not None:
         preload(model)
     model = strategy.wrap(model, ctx)
     optim, scheduler = build_optimizer(case.optimizer, model)
-    return owned_state(strategy, TrainState(model, optim, scheduler), ctx)
+    scaler = precision.scaler(ctx.device, replicated=layout_of(case).replicated)
+    return owned_state(strategy, TrainState(model, optim, scheduler, scaler=scaler), ctx)
 
 
 def preload_hook(strategy: Strategy, path: Path, ctx: RankContext) -> Callable[[Any], None] | None:
@@ -162,14 +168,14 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     train_state(trained, ctx, case)
     failures = sharding_problems(case, ctx, trained.model, strategy)
     observed = sanity_records(failures, ctx.rank)
-    before_local = local_state(trained.model, trained.optimizers, trained.scheduler)
-    before_full = full_state(trained.model, trained.optimizers, trained.scheduler, ctx, sharded=sharded)
+    before_local = local_state(trained.model, trained.optimizers, trained.stateful)
+    before_full = full_state(trained.model, trained.optimizers, trained.stateful, ctx, sharded=sharded)
     if ctx.rank == 0:  # the whole state: a rank whose shard is empty may hold no optimizer state
         _require_substance(before_full)  # type: ignore[arg-type]
 
     path = ctx.cell_dir / "checkpoint"
     strategy.save(trained, path, ctx)
-    after_save = local_state(trained.model, trained.optimizers, trained.scheduler)
+    after_save = local_state(trained.model, trained.optimizers, trained.stateful)
     changed = compare_states(before_local, after_save)
     failures += [f"rank {ctx.rank}: save changed the live state: {d}" for d in changed]
     observed += [d.observed("live state after save", ctx.rank) for d in changed]
@@ -179,15 +185,15 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
         raise VacuousCheckError(
             "the strategy returned the trained model again instead of wrapping the fresh one"
         )
-    fresh_full = full_state(fresh.model, fresh.optimizers, fresh.scheduler, ctx, sharded=sharded)
+    fresh_full = full_state(fresh.model, fresh.optimizers, fresh.stateful, ctx, sharded=sharded)
     if ctx.rank == 0 and not differs_somewhere(before_full, fresh_full):  # type: ignore[arg-type]
         raise VacuousCheckError(
             "the fresh model already equals the trained one: a load could not be told from no load"
         )
 
     fresh = load_checkpoint(strategy, case, ctx, path, fresh)
-    after_local = local_state(fresh.model, fresh.optimizers, fresh.scheduler)
-    after_full = full_state(fresh.model, fresh.optimizers, fresh.scheduler, ctx, sharded=sharded)
+    after_local = local_state(fresh.model, fresh.optimizers, fresh.stateful)
+    after_full = full_state(fresh.model, fresh.optimizers, fresh.stateful, ctx, sharded=sharded)
     buffers = expected_buffers(ctx, before_local, after_local)
     expected_local = {**before_local, **buffers}
 
@@ -248,6 +254,7 @@ CHECK = Check(
                 (GATE_OPTIMIZER_SLICE, (2,)),
                 (OPTIM_OFFLOAD_SLICE, (2,)),
                 (LAYOUT_CI_SLICE, (2,)),
+                (PRECISION_CI_SLICE, (2,)),
             ),
             "default": (
                 (FLAT_WRAPPERS_AND_APIS, (2,)),
@@ -276,6 +283,8 @@ CHECK = Check(
                     )
                 ),
                 (OPTIMIZER_PRODUCT_SLICE, (2,)),  # each option at 1 and 4 ranks: OPTIMIZER_SLICE
+                (PRECISION_OPTIMIZER_SLICE, (2,)),
+                (PRECISION_MODEL_SLICE, (2,)),
                 (HSDP_TP_SLICE, (8,)),
                 (TP_PROPERTY_SLICE, (2, 4)),
                 (PP_FSDP_SLICE, (2, 4)),

@@ -21,7 +21,7 @@ from conformance.check.slices import (
     Slice,
 )
 from conformance.optim.registry import DEFAULT_OPTIMIZER, gate_optimizers, optimizer_names, optimizer_product
-from conformance.precision.registry import is_default, mixed, mixed_precisions
+from conformance.precision.registry import is_default, mixed, other_precisions, precision_of, scales_loss
 
 FLAT_WRAPPERS_AND_APIS = Slice("every 1-D wrapper x API x storage", ONE_D_WRAPPERS)
 HSDP_WRAPPERS_AND_APIS = Slice("HSDP x API x storage", HSDP_WRAPPERS)
@@ -50,10 +50,29 @@ MOE_SLICE = Slice(
     models=EXPERT_MODELS,
 )
 PRECISION_SLICE = Slice(
-    "bf16 mixed precision",
+    "precisions: mixed, loss scaling, pure bf16",
     MAIN_WRAPPERS,
     ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"),
-    precisions=mixed_precisions,
+    precisions=other_precisions,
+)
+# each precision with each optimizer value (state of the parameter's dtype or fp32 beside bf16
+# parameters, a GradScaler beside a scheduler) and each model (buffers cast, an int buffer kept):
+# in full, whose pairs default's covering meets
+PRECISION_OPTIMIZER_SLICE = dataclasses.replace(
+    PRECISION_SLICE,
+    name="precisions x optimizers",
+    apis=("dsd_sharded", "sd_full", "sd_sharded"),
+    optimizers=optimizer_names,
+)
+PRECISION_MODEL_SLICE = dataclasses.replace(PRECISION_SLICE, name="precisions x models", models=MODELS)
+# ci: loss scaling (a GradScaler's state in the checkpoint, tests/broken_axes.drops_scaler) and a
+# model in bf16, through the gate's plainest formats
+PRECISION_CI_SLICE = Slice(
+    "precisions (ci)",
+    MAIN_WRAPPERS,
+    ("dsd_sharded", "sd_full"),
+    storages=("dcp", "torch_save"),
+    precisions=("bf16_pure", "fp16_amp"),
 )
 # FSDP.optim_state_dict with the optimizer's state offloaded (its default) against without
 # (sd_full): on CPU, offloading hands back exp_avg equal to exp_avg_sq under use_orig_params.
@@ -132,7 +151,21 @@ FEATURES: tuple[Feature, ...] = (
         "MoE experts on sub-groups, each under a name of its own (DCP's advised layout)",
         lambda a: a["model"] == "moe_named",
     ),
-    Feature("bf16", "mixed precision keeps fp32 in the checkpoint", lambda a: mixed(a["precision"])),
+    Feature(
+        "mixed prec.",
+        "the wrapper's mixed precision over fp32 parameters (bf16, bf16 reductions, fp16)",
+        lambda a: mixed(a["precision"]),
+    ),
+    Feature(
+        "loss scaling",
+        "fp16 with a GradScaler (autocast, or the wrapper's fp16): the scaler's state in the checkpoint",
+        lambda a: scales_loss(a["precision"]),
+    ),
+    Feature(
+        "pure bf16",
+        "the model itself in bf16: parameters, buffers and optimizer state",
+        lambda a: not precision_of(a["precision"]).keeps_fp32,
+    ),
     # the parallel layouts, a column each (docs/layouts.md): a family's row says how it fares
     # under each
     Feature(

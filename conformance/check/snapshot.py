@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -128,7 +128,7 @@ def _without_padding(param: Any, value: Any) -> Any:
     return value
 
 
-def _raw_state(model: nn.Module, optim: Optimizers, scheduler: Any) -> Snapshot:
+def _raw_state(model: nn.Module, optim: Optimizers, stateful: Mapping[str, Any] | None) -> Snapshot:
     """Every state value as it lives on this rank (DTensors kept as DTensors). The param groups
     of several optimizers are numbered on, in their order."""
     names = {id(p): clean_name(n) for n, p in model.named_parameters()}
@@ -148,24 +148,24 @@ def _raw_state(model: nn.Module, optim: Optimizers, scheduler: Any) -> Snapshot:
             if key == "params":
                 value = [names.get(id(p), "<unnamed>") for p in value]
             out[f"param_groups/{i}/{key}"] = value
-    if scheduler is not None:
-        for key, value in scheduler.state_dict().items():
-            out[f"scheduler/{key}"] = value
+    for name, holder in (stateful or {}).items():  # the LR scheduler, the loss scaler
+        for key, value in holder.state_dict().items():
+            out[f"{name}/{key}"] = value
     return out
 
 
-def local_state(model: nn.Module, optim: Optimizers, scheduler: Any = None) -> Snapshot:
+def local_state(model: nn.Module, optim: Optimizers, stateful: Mapping[str, Any] | None = None) -> Snapshot:
     """This rank's pieces, copied (tensors to the CPU): safe to keep while training goes on."""
     return {
         k: local_tensor(v) if isinstance(v, torch.Tensor) else copy.deepcopy(v)
-        for k, v in _raw_state(model, optim, scheduler).items()
+        for k, v in _raw_state(model, optim, stateful).items()
     }
 
 
 def full_state(
     model: nn.Module,
     optim: Optimizers,
-    scheduler: Any,
+    stateful: Mapping[str, Any] | None,
     ctx: RankContext,
     *,
     sharded: bool,
@@ -175,7 +175,7 @@ def full_state(
     sharded: whether plain (non-DTensor) parameters and optimizer tensors are shards of one
     flat parameter (FSDP1 with a sharding strategy) rather than replicas.
     """
-    raw = _raw_state(model, optim, scheduler)
+    raw = _raw_state(model, optim, stateful)
     full: Snapshot = {}
     pieces: Snapshot = {}
     for key in sorted(raw):

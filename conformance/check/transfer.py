@@ -63,7 +63,7 @@ def _canonical(state: Any, case: Case, ctx: RankContext) -> Snapshot | None:
     return canonical_state(
         state.model,
         state.optimizers,
-        state.scheduler,
+        state.stateful,
         ctx,
         sharded=flat_sharded(case, ctx.world_size),
         plain=plain,

@@ -15,6 +15,8 @@ from conformance.check.slices import (
 )
 from conformance.layout.registry import layout_of
 from conformance.models import MODELS, RESHAPED
+from conformance.optim.registry import steps_with_closure
+from conformance.precision.registry import scales_loss
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.registry import RegisteredStrategy
 from conformance.strategy.storage import STORAGES as STORAGE_OBJECTS
@@ -95,6 +97,11 @@ UNSUPPORTED: tuple[Rule, ...] = (
         {"storage": PER_RANK_STORAGES, "api": RANK0_ONLY_APIS},
         "only rank 0 holds the state (rank0_only, full_optim_state_dict, or full_state_dict with "
         "cpu_offload): the other ranks' files would be empty",
+    ),
+    Rule(
+        {"precision": scales_loss, "optimizer": steps_with_closure},
+        "GradScaler.step does not take a closure (it raises 'Closure use is not currently supported "
+        "if GradScaler is enabled'): an optimizer that re-evaluates the loss (LBFGS) cannot scale it",
     ),
     Rule(
         {"model": EXPERT_MODELS, "world_size": 1},

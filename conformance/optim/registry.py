@@ -108,3 +108,9 @@ def in_param_groups(name: str) -> bool:
 def unavailable(name: str) -> str | None:
     """Why this torch cannot build the cell's optimizer (a skip), or None."""
     return optimizer_of(name).optimizer.unavailable()
+
+
+def steps_with_closure(name: str) -> bool:
+    """Whether the optimizer word's optimizer steps with a closure (LBFGS: a rule's predicate,
+    GradScaler.step takes no closure)."""
+    return optimizer_of(name).closure

@@ -1,31 +1,91 @@
-"""What a precision axis value is: how each sharded wrapper's own mixed-precision setting is
-configured for it. The parameters the model and the checkpoint hold stay fp32 in every value
-here: a wrapper casts them for compute and communication only, and a checkpoint must hold the
-fp32 weights (the hygiene check)."""
+"""What a precision axis value is: how the harness trains a cell in it. A value may configure a
+sharded wrapper's own mixed-precision setting (FSDP1's MixedPrecision, FSDP2's
+MixedPrecisionPolicy: the parameters stay fp32, the wrapper casts them for compute and
+communication), run the forward under `torch.autocast`, scale the loss with a GradScaler (whose
+state is then part of the checkpoint), or cast the model itself to a low precision (its parameters,
+floating buffers and so its optimizer state)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+from torch import nn
 
 # keyword arguments of a wrapper's mixed-precision setting, as (name, dtype) pairs
 Dtypes = tuple[tuple[str, torch.dtype], ...]
+# keyword arguments of a GradScaler (init_scale, growth_interval, ...)
+ScalerArgs = tuple[tuple[str, float], ...]
+
+
+def _always() -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
 class Precision:
     """name: the axis value, a word of every cell id (left out of it for the default, fp32).
     fsdp1: the keyword arguments of FSDP1's MixedPrecision (None: no mixed precision).
-    fsdp2: those of FSDP2's MixedPrecisionPolicy (None: none). description: what it casts.
+    fsdp2: those of FSDP2's MixedPrecisionPolicy (None: none). autocast: the dtype the forward
+    and the loss run in under `torch.autocast` (None: no autocast). loss_scale: the keyword
+    arguments of the GradScaler that scales the loss (None: none); its state_dict() is saved and
+    loaded with the checkpoint, under "scaler". params: the dtype the model's floating parameters
+    and buffers are cast to before it is wrapped (None: fp32 kept), and the batches with them.
+    unavailable: why this torch lacks what it needs (None: it has it). description: what it casts.
     A wrapper without a mixed-precision setting (DDP) refuses a value that has one."""
 
     name: str
     fsdp1: Dtypes | None = None
     fsdp2: Dtypes | None = None
+    autocast: torch.dtype | None = None
+    loss_scale: ScalerArgs | None = None
+    params: torch.dtype | None = None
     description: str = ""
+    unavailable: Callable[[], str | None] = field(default=_always, compare=False)
 
     @property
     def mixed(self) -> bool:
         """Whether a wrapper casts anything for it (a wrapper with no such setting refuses it)."""
         return self.fsdp1 is not None or self.fsdp2 is not None
+
+    @property
+    def keeps_fp32(self) -> bool:
+        """Whether the model's own parameters, and so a checkpoint's weights, stay fp32."""
+        return self.params is None
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        """The model this precision trains: cast to `params` (before the strategy wraps it)."""
+        return model if self.params is None else model.to(self.params)
+
+    def batch(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """A batch for the prepared model: floating tensors cast to `params` (token ids kept)."""
+        if self.params is None:
+            return tensors
+        return tuple(t.to(self.params) if t.is_floating_point() else t for t in tensors)
+
+    @contextlib.contextmanager
+    def forward(self, device: torch.device) -> Iterator[None]:
+        """Where the forward and the loss run: under torch.autocast of `autocast` (as the AMP
+        recipe does), else as they are."""
+        if self.autocast is None:
+            yield
+            return
+        with torch.autocast(device.type, dtype=self.autocast):
+            yield
+
+    def scaler(self, device: torch.device, replicated: bool) -> Any:
+        """The GradScaler of a cell (None: no loss scaling). replicated: every rank holds whole
+        gradients (DDP, one rank), for which torch.amp.GradScaler is the documented one; sharded
+        gradients take ShardedGradScaler, which agrees on inf/NaN across the ranks (its
+        documentation: "supports Pytorch DDP and FSDP implementations")."""
+        if self.loss_scale is None:
+            return None
+        kwargs: dict[str, Any] = dict(self.loss_scale)
+        if replicated or not torch.distributed.is_initialized():
+            return torch.amp.GradScaler(device.type, **kwargs)
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        return ShardedGradScaler(device.type, **kwargs)

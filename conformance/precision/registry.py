@@ -33,5 +33,21 @@ def is_default(name: str) -> bool:
 
 
 def mixed_precisions() -> tuple[str, ...]:
-    """Every registered precision that casts, sorted: the mixed-precision slice's values."""
-    return tuple(sorted(n for n, p in PRECISIONS.items() if p.mixed))
+    """Every registered precision a wrapper casts for over fp32 parameters, sorted (a checkpoint
+    of it must hold the fp32 weights: the hygiene check's values)."""
+    return tuple(sorted(n for n, p in PRECISIONS.items() if p.mixed and p.keeps_fp32))
+
+
+def other_precisions() -> tuple[str, ...]:
+    """Every registered precision but the default, sorted: the precision slices' values."""
+    return tuple(sorted(n for n in PRECISIONS if not is_default(n)))
+
+
+def scales_loss(name: str) -> bool:
+    """Whether the precision named scales the loss (a GradScaler: a rule's predicate)."""
+    return precision_of(name).loss_scale is not None
+
+
+def unavailable(name: str) -> str | None:
+    """Why this torch cannot run the precision named (the runner's skip), or None."""
+    return precision_of(name).unavailable()

@@ -57,8 +57,9 @@ class Engine(Protocol):
 
 @dataclass
 class TrainState:
-    """What a checkpoint must carry: the wrapped model, its optimizer, and an LR scheduler
-    when the cell has one (its state is part of the checkpoint too).
+    """What a checkpoint must carry: the wrapped model, its optimizer, an LR scheduler when the
+    cell has one and a GradScaler when its precision scales the loss (their state_dict()s are
+    part of the checkpoint too: `stateful`).
 
     holders: when `optim` is a framework's container of torch optimizers (torchtitan's
     OptimizersContainer), the torch optimizers in it, which hold the state: the harness's own
@@ -72,6 +73,13 @@ class TrainState:
     scheduler: Any = None  # an LRScheduler, or a framework's container of them
     holders: tuple[torch.optim.Optimizer | StateView, ...] = ()
     engine: Engine | None = None
+    scaler: Any = None  # a GradScaler (torch.amp, or FSDP's ShardedGradScaler), or None
+
+    @property
+    def stateful(self) -> dict[str, Any]:
+        """The objects beside the model and the optimizer whose state_dict() a checkpoint carries,
+        by the key a composed strategy saves each under ("scheduler", "scaler")."""
+        return {k: v for k, v in (("scheduler", self.scheduler), ("scaler", self.scaler)) if v is not None}
 
     @property
     def optimizers(self) -> tuple[torch.optim.Optimizer | StateView, ...]:
@@ -138,8 +146,9 @@ class Storage(Protocol):
 
 @dataclass(frozen=True)
 class ComposedStrategy:
-    """A built-in strategy: wrapper x state-dict API x storage. The scheduler's own
-    state_dict() travels beside the model and optimizer, under "scheduler"."""
+    """A built-in strategy: wrapper x state-dict API x storage. The scheduler's and the loss
+    scaler's own state_dict()s travel beside the model and optimizer, under "scheduler" and
+    "scaler" (TrainState.stateful)."""
 
     wrapper: Wrapper
     api: StateApi
@@ -153,8 +162,8 @@ class ComposedStrategy:
 
     def _state_dict(self, state: TrainState) -> StateDict:
         out = self.api.get(state.model, state.optim)
-        if state.scheduler is not None:
-            out["scheduler"] = state.scheduler.state_dict()
+        for key, holder in state.stateful.items():
+            out[key] = holder.state_dict()
         return out
 
     def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
@@ -176,8 +185,8 @@ class ComposedStrategy:
     def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         loaded = self.storage.load(path, ctx, lambda: self.load_template(state))
         self.api.set(state.model, state.optim, loaded)
-        if state.scheduler is not None:
-            state.scheduler.load_state_dict(loaded["scheduler"])
+        for key, holder in state.stateful.items():
+            holder.load_state_dict(loaded[key])
 
 
 @dataclass(frozen=True)
