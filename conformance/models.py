@@ -48,9 +48,42 @@ class UnevenMLP(nn.Module):
         return {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
 
 
+class ScalarParameter(UnevenMLP):
+    """The MLP with a learnable 0-dim parameter (a logit scale, as CLIP's), and nothing else
+    beside its weight matrices: what a wrapper or a storage does to the scalar alone."""
+
+    carries: frozenset[str] = frozenset({"scalar parameter"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logit_scale = nn.Parameter(torch.tensor(1.25))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * self.logit_scale
+
+
+class IntegerCounter(UnevenMLP):
+    """The MLP with an integer buffer (a step counter, counted up by every forward), and nothing
+    else beside its weight matrices: what a wrapper or a storage does to the int64 buffer alone."""
+
+    carries: frozenset[str] = frozenset({"int buffer"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.steps += 1
+        return super().forward(x)
+
+
 class ScalarAndCounter(UnevenMLP):
     """The MLP with what real models carry beside weight matrices: a learnable 0-dim parameter
-    (a logit scale) and an integer buffer (a step counter, counted up by every forward)."""
+    (a logit scale) and an integer buffer (a step counter, counted up by every forward), together:
+    a refusal of one of them hides what happens to the other, which ScalarParameter and
+    IntegerCounter show alone."""
+
+    carries: frozenset[str] = frozenset({"scalar parameter", "int buffer"})
 
     def __init__(self) -> None:
         super().__init__()
@@ -225,6 +258,8 @@ MODELS: dict[str, type[nn.Module]] = {
     "mlp_nonpersistent": NonPersistentBuffer,
     "mlp_reshaped": ReshapedMLP,
     "mlp_scalar": ScalarAndCounter,
+    "mlp_scalar_param": ScalarParameter,
+    "mlp_int_buffer": IntegerCounter,
     "llama": TinyLlama,
     "llama_reshaped": ReshapedLlama,
     "moe_dtensor": DTensorExpertsMoE,
@@ -267,3 +302,9 @@ def has_idle_parameters(model: nn.Module) -> bool:
     """Whether the model keeps parameters that get no gradient in its optimizer
     (FrozenAndIdle): build_optimizer includes them, and DDP must be told."""
     return any(getattr(m, "optimize_frozen", False) for m in model.modules())
+
+
+def carries(name: str) -> frozenset[str]:
+    """The features a model carries beside weight matrices ("scalar parameter", "int buffer"):
+    what the feature table's columns ask, by the model's own declaration."""
+    return getattr(model_class(name), "carries", frozenset())

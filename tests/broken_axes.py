@@ -7,7 +7,10 @@
   (Adafactor's row_var and col_var) transposed (the round trip on Adafactor must catch it);
 - drops_scaler: saves and loads the model, optimizer and scheduler, but not the GradScaler's
   state, as a checkpoint written before loss scaling came in does (the round trip and the
-  resume of an fp16 cell must catch it: the scale and growth tracker stay a fresh scaler's).
+  resume of an fp16 cell must catch it: the scale and growth tracker stay a fresh scaler's);
+- stale_buffers: saves every buffer as the model was built (a counter back at 0), as a save that
+  rebuilds the model state from its config does (the hygiene check, which compares the persistent
+  buffers of the plain model it loads into, must catch it on mlp_int_buffer).
 """
 
 from __future__ import annotations
@@ -87,3 +90,24 @@ class DropsScaler(Delegating):
 
 def drops_scaler(case: Case) -> Strategy:
     return DropsScaler(builtin_strategy(case))  # type: ignore[return-value]
+
+
+class StaleBuffers(Delegating):
+    def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        buffers = [b for _, b in state.model.named_buffers()]
+        if not buffers:
+            raise AssertionError("the model has no buffer to save stale")
+        kept = [b.detach().clone() for b in buffers]
+        with torch.no_grad():
+            for b in buffers:
+                b.zero_()
+        try:
+            self.base.save(state, path, ctx)
+        finally:
+            with torch.no_grad():
+                for b, value in zip(buffers, kept):
+                    b.copy_(value)
+
+
+def stale_buffers(case: Case) -> Strategy:
+    return StaleBuffers(builtin_strategy(case))  # type: ignore[return-value]

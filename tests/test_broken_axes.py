@@ -84,3 +84,14 @@ def test_a_loss_scaler_not_restored_is_caught(pool: WorldPool, case: Case) -> No
     result = run_case(pool, case, backend="gloo", timeout_s=120, strategy_factory=broken_axes.drops_scaler)
     assert result.outcome is Outcome.FAIL, result.detail
     assert "scaler/" in result.detail, result.detail
+
+
+def test_a_full_checkpoint_with_stale_buffers_fails_hygiene(pool: WorldPool) -> None:
+    """Hygiene compares the persistent buffers the plain model loads, not only its parameters: an
+    int64 step counter saved at 0 after training is caught, on the model that carries nothing else."""
+    case = Case("ddp", "replicate", "sd_full", "torch_save", "adamw", "mlp_int_buffer", 2, check="hygiene")
+    control = run_case(pool, case, backend="gloo", timeout_s=120, strategy_factory=builtin_strategy)
+    assert control.outcome is Outcome.PASS, control.detail
+    result = run_case(pool, case, backend="gloo", timeout_s=120, strategy_factory=broken_axes.stale_buffers)
+    assert result.outcome is Outcome.FAIL, result.detail
+    assert "buffer/steps" in result.detail, result.detail

@@ -8,7 +8,8 @@ major framework's FSDP strategy); no wrapper prefixes (`module.`, `_fsdp_wrapped
 plain tensors, not DTensors or ShardedTensors; the dtype of the model's own tensors (a bf16
 mixed-precision checkpoint must hold the fp32 weights); no non-persistent buffer; does it load
 into the plain model with strict=True; and are the values those the saving world trained,
-bitwise.
+bitwise: the parameters and the persistent buffers (a buffer a wrapper kept in a lower precision
+for compute, exactly upcast).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class InspectSpec:
     case: Case
     directory: str
     expected: Snapshot  # the saving world's canonical state
+    buffer_copies: tuple[Snapshot, ...] = ()  # each saving rank's own buffers
     strategy_factory: StrategyFactory = field(default=builtin_strategy)
 
 
@@ -60,8 +62,12 @@ def _non_persistent(model: torch.nn.Module) -> set[str]:
     }
 
 
-def hygiene_problems(state: dict[str, Any], plain: torch.nn.Module, expected: Snapshot) -> list[str]:
-    """What keeps `state` from being the plain model's own state dict with the trained values."""
+def hygiene_problems(
+    state: dict[str, Any], plain: torch.nn.Module, expected: Snapshot, copies: tuple[Snapshot, ...] = ()
+) -> list[str]:
+    """What keeps `state` from being the plain model's own state dict with the trained values.
+    copies: each saving rank's own buffers; a buffer may be any rank's copy (replicas' running
+    stats differ, and a full checkpoint holds one rank's), bitwise."""
     tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
     if not tensors:
         return [f"the checkpoint holds no model tensors at all ({len(state)} keys)"]
@@ -93,16 +99,40 @@ def hygiene_problems(state: dict[str, Any], plain: torch.nn.Module, expected: Sn
         problems.append("strict load into the plain model: " + " ".join(str(exc).split())[:400])
         return problems
     got = {f"param/{name}": p.detach().clone() for name, p in plain.named_parameters()}
-    want = {k: v for k, v in expected.items() if k in got}
+    got.update(
+        (f"buffer/{name}", b.detach().clone()) for name, b in plain.named_buffers() if name in own
+    )  # the persistent buffers: a counter or running stats the checkpoint must carry, bitwise
+    want = {k: _as_saved(v, got[k]) for k, v in expected.items() if k in got}
+    for key in [k for k in want if k.startswith("buffer/")]:
+        kept = [
+            c[key]
+            for c in copies
+            if key in c and not compare_states({key: _as_saved(c[key], got[key])}, {key: got[key]})
+        ]
+        if kept:
+            want[key] = _as_saved(kept[0], got[key])
     problems += [f"value: {d}" for d in compare_states(want, got)[:3]]
     return problems
+
+
+def _as_saved(live: Any, loaded: torch.Tensor) -> Any:
+    """What a checkpoint must hold for a live tensor: itself, or where a wrapper kept it in a lower
+    floating precision for compute (FSDP1's MixedPrecision buffer_dtype) its exact upcast to the
+    model's own dtype (bf16 -> fp32 is exact: a value rounded otherwise still differs)."""
+    lower = (
+        isinstance(live, torch.Tensor)
+        and live.is_floating_point()
+        and loaded.is_floating_point()
+        and torch.finfo(live.dtype).bits < torch.finfo(loaded.dtype).bits
+    )
+    return live.to(loaded.dtype) if lower else live
 
 
 def inspect_phase(ctx: RankContext, spec: InspectSpec) -> dict[str, Any]:
     strategy = strategy_under_test(spec.strategy_factory, spec.case)
     state = strategy.read_model_state(Path(spec.directory))  # type: ignore[attr-defined]
     plain = build_model(spec.case.model, seed=0, rank=0, world_size=spec.case.world_size)
-    problems = hygiene_problems(state, plain, spec.expected)
+    problems = hygiene_problems(state, plain, spec.expected, spec.buffer_copies)
     return {
         "problems": limit_lines(problems),
         "observed": [verdict("hygiene", p) for p in problems],
@@ -124,7 +154,9 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
             "read in one process",
             1,
             inspect_phase,
-            InspectSpec(case, directory, saved[0]["expected"], factory),
+            InspectSpec(
+                case, directory, saved[0]["expected"], tuple(v.get("buffers", {}) for v in saved), factory
+            ),
         )
     except PhaseError as exc:
         return exc.outcome, exc.detail

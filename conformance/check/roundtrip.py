@@ -34,6 +34,7 @@ from conformance.check.roundtrip_cells import (
     HSDP_TP_SLICE,
     HSDP_WRAPPERS_AND_APIS,
     LAYOUT_CI_SLICE,
+    LAYOUT_MODELS_SLICE,
     LAYOUT_SLICE,
     MODEL_SLICE,
     MOE_SLICE,
@@ -285,6 +286,7 @@ CHECK = Check(
                 (OPTIMIZER_PRODUCT_SLICE, (2,)),  # each option at 1 and 4 ranks: OPTIMIZER_SLICE
                 (PRECISION_OPTIMIZER_SLICE, (2,)),
                 (PRECISION_MODEL_SLICE, (2,)),
+                (LAYOUT_MODELS_SLICE, (2,)),
                 (HSDP_TP_SLICE, (8,)),
                 (TP_PROPERTY_SLICE, (2, 4)),
                 (PP_FSDP_SLICE, (2, 4)),

@@ -20,6 +20,7 @@ from conformance.check.slices import (
     TP_WRAPPERS,
     Slice,
 )
+from conformance.models import carries
 from conformance.optim.registry import DEFAULT_OPTIMIZER, gate_optimizers, optimizer_names, optimizer_product
 from conformance.precision.registry import is_default, mixed, other_precisions, precision_of, scales_loss
 
@@ -94,6 +95,13 @@ LAYOUT_SLICE = Slice(
     ("dsd_full", "dsd_full_bcast", "dsd_full_flat", "dsd_sharded", "dsd_sharded_flat"),
     storages=LAYOUT_STORAGES,
     models=("llama", "mlp_scalar"),
+)
+# each feature of mlp_scalar on a model of its own (the full declaration: default's covering meets
+# every (layout, model) pair, so a layout that refuses the 0-dim parameter still shows the int buffer)
+LAYOUT_MODELS_SLICE = dataclasses.replace(
+    LAYOUT_SLICE,
+    name="parallel layouts, one model feature each",
+    models=("mlp_int_buffer", "mlp_scalar_param"),
 )
 TP_SLICE = dataclasses.replace(LAYOUT_SLICE, name="tensor parallel", wrappers=TP_WRAPPERS)
 PP_FSDP_SLICE = dataclasses.replace(
@@ -199,8 +207,18 @@ FEATURES: tuple[Feature, ...] = (
         lambda a: a.get("wrapper") == "fsdp2+offload",
     ),
     Feature(
+        "scalar param",
+        "a learnable 0-dim parameter, the model's only feature beside weight matrices",
+        lambda a: carries(a["model"]) == {"scalar parameter"},
+    ),
+    Feature(
+        "int buffer",
+        "an int64 buffer counted up by every forward, the model's only feature beside weight matrices",
+        lambda a: carries(a["model"]) == {"int buffer"},
+    ),
+    Feature(
         "scalar, int",
-        "a learnable 0-dim parameter and an int64 buffer",
-        lambda a: a["model"] == "mlp_scalar",
+        "a learnable 0-dim parameter and an int64 buffer in one model",
+        lambda a: carries(a["model"]) == {"scalar parameter", "int buffer"},
     ),
 )

@@ -60,7 +60,9 @@ MODELS: tuple[str, ...] = (
     "frozen_idle",
     "mlp",
     "mlp_nonpersistent",
+    "mlp_int_buffer",
     "mlp_scalar",
+    "mlp_scalar_param",
     "tied_transformer",
 )
 # Both layouts of experts on expert-parallel sub-groups: every rank's expert under one name

@@ -32,7 +32,7 @@ from conformance.check.roundtrip import (
     load_checkpoint,
 )
 from conformance.check.sanity import sanity_records, sharding_problems
-from conformance.check.snapshot import Snapshot, count_elements
+from conformance.check.snapshot import Snapshot, count_elements, local_state
 from conformance.layout.builtin import builtin_strategy
 from conformance.models import build_model
 from conformance.outcome import Outcome
@@ -78,8 +78,13 @@ def save_phase(ctx: RankContext, spec: SaveSpec) -> dict[str, Any]:
     problems = sharding_problems(case, ctx, trained.model, strategy)
     observed = sanity_records(problems, ctx.rank)
     expected = _canonical(trained, case, ctx)
+    # each rank's own buffers: a replica's running stats may differ, and a full checkpoint holds
+    # one rank's copy (the hygiene check accepts any rank's, as the round trip does)
+    buffers = {
+        k: v for k, v in local_state(trained.model, trained.optimizers).items() if k.startswith("buffer/")
+    }
     strategy.save(trained, Path(spec.directory), ctx)
-    return {"problems": problems, "expected": expected, "observed": observed}
+    return {"problems": problems, "expected": expected, "observed": observed, "buffers": buffers}
 
 
 def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
