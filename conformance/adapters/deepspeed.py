@@ -49,6 +49,7 @@ from torch import nn
 from conformance.adapters.deepspeed_view import ZeroView
 from conformance.case import Case, Transfer
 from conformance.models import model_class
+from conformance.precision.registry import precision_of
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.strategy.storage.own import OwnFormat
@@ -118,7 +119,18 @@ class DeepSpeedZero:
             | ({"stage3_param_persistence_threshold": 0} if self.stage == 3 else {}),
             "zero_allow_untested_optimizer": True,
             "steps_per_print": 2**31,
-        }
+        } | self._precision()
+
+    def _precision(self) -> dict[str, Any]:
+        """The cell's precision as DeepSpeed configures it: a model in bf16 is its "bf16" mode
+        (bf16 parameters and gradients, fp32 master weights and optimizer state in the ZeRO
+        partitions); fp32 needs nothing."""
+        dtype = precision_of(self.case.precision).params
+        if dtype is None:
+            return {}
+        if dtype != torch.bfloat16:
+            raise ValueError(f"DeepSpeed's adapter has no configuration for parameters in {dtype}")
+        return {"bf16": {"enabled": True}}
 
     def own_training(self, state: TrainState, ctx: RankContext) -> TrainState:
         _use_cpu_accelerator(ctx)
@@ -234,12 +246,15 @@ ZERO = RegisteredStrategy(
         kinds=("sharded",),
         checks=("corrupt", "resume", "roundtrip"),
         optimizers=("adam", "adamw", "adamw+groups", "adamw+sched", "sgd"),
-        models=("mlp",),
+        # each model feature alone (tied, buffers and a frozen layer, an idle parameter, a 0-dim
+        # parameter, an int buffer); the model in bf16 (DeepSpeed's bf16 mode)
+        models=("bn_frozen", "frozen_idle", "mlp", "mlp_int_buffer", "mlp_scalar_param", "tied_transformer"),
+        precisions=("bf16_pure", "fp32"),
     ),
     storage=STORAGE,
     requires=(DIST,),
     description="DeepSpeed's engine (deepspeed.initialize with the cell's optimizer and scheduler, ZeRO "
-    "stage 1, 2 or 3, fp32): save_checkpoint and load_checkpoint into a fresh engine, as its guide calls them",
+    "stage 1, 2 or 3, fp32 or its bf16 mode): save_checkpoint and load_checkpoint into a fresh engine, as its guide calls them",
     skips_on=skips_on,
 )
 

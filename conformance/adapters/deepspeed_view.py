@@ -93,8 +93,17 @@ class ZeroView:
             keys = sorted(k for k, v in entries.items() if torch.is_tensor(v) and v.dim() > 0)
             scalars = {k: v for k, v in entries.items() if k not in keys}  # Adam's step: one per partition
             for param in params if entries else ():
-                out[param] = {**self._entries(param, flats[0], keys), **scalars}
+                if self._managed(param):
+                    out[param] = {**self._entries(param, flats[0], keys), **scalars}
         return out
+
+    def _managed(self, param: nn.Parameter) -> bool:
+        """Whether ZeRO keeps the parameter in its partitions: it leaves out a parameter that does
+        not require a gradient (a frozen layer the cell's optimizer lists), which then has neither
+        an fp32 master nor optimizer state, as a torch optimizer keeps none for it. ZeRO 1-2 mark
+        what they manage with `_hp_mapping` (None where this rank holds none of it); ZeRO-3 with
+        its `ds_tensor` partition, and its accessors answer for every parameter."""
+        return self._stage3() or hasattr(param, "_hp_mapping")
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:

@@ -27,6 +27,8 @@ from conformance.check.base import CaseCells, Check, StrategyFactory, Under
 from conformance.check.compare import compare_states, first_of_each_kind
 from conformance.check.phases import STATUS_OUTCOMES, Phases, observed_of
 from conformance.check.roundtrip_cells import (
+    DEFAULT_MODEL_SLICE,
+    DEFAULT_PRECISION_SLICE,
     EP_SLICE,
     FEATURES,
     FLAT_WRAPPERS_AND_APIS,
@@ -262,9 +264,9 @@ CHECK = Check(
                 (MAIN_SLICE, (4,)),
                 (HSDP_WRAPPERS_AND_APIS, (2, 4)),  # every (replicate, shard) mesh of 2 and 4 ranks
                 (OPTIMIZER_SLICE, (1, 2)),
-                (MODEL_SLICE, (2,)),
+                (DEFAULT_MODEL_SLICE, (2,)),
                 (MOE_SLICE, (4,)),  # the recipe is at 4 ranks; 2 ranks are in full
-                (PRECISION_SLICE, (2,)),
+                (DEFAULT_PRECISION_SLICE, (2,)),
                 (LAYOUT_SLICE, (2,)),
                 (TP_SLICE, (4,)),  # every (dp, tp) mesh of 4 ranks
                 (EP_SLICE, (2, 4)),

@@ -22,7 +22,14 @@ from conformance.check.slices import (
 )
 from conformance.models import carries
 from conformance.optim.registry import DEFAULT_OPTIMIZER, gate_optimizers, optimizer_names, optimizer_product
-from conformance.precision.registry import is_default, mixed, other_precisions, precision_of, scales_loss
+from conformance.precision.registry import (
+    is_default,
+    mixed,
+    mixed_precisions,
+    other_precisions,
+    precision_of,
+    scales_loss,
+)
 
 FLAT_WRAPPERS_AND_APIS = Slice("every 1-D wrapper x API x storage", ONE_D_WRAPPERS)
 HSDP_WRAPPERS_AND_APIS = Slice("HSDP x API x storage", HSDP_WRAPPERS)
@@ -42,6 +49,11 @@ OPTIMIZER_PRODUCT_SLICE = dataclasses.replace(
 MODEL_SLICE = Slice(
     "models", MAIN_WRAPPERS, ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"), models=MODELS
 )
+# default declares the models that have answered its feature table per row since before each
+# feature of mlp_scalar had a model of its own: the split ones are in full, whose every pair
+# default's covering meets (their columns answer where the covering put a cell, else unknown)
+SPLIT_MODELS = tuple(m for m in MODELS if m not in ("mlp_int_buffer", "mlp_scalar_param"))
+DEFAULT_MODEL_SLICE = dataclasses.replace(MODEL_SLICE, models=SPLIT_MODELS)
 # The expert-parallelism recipe: experts sharded on sub-groups, the rest on the world. Its
 # seed row is fsdp1_full_shard-sd_sharded-torch_save_per_rank-adamw-moe (SHARDED_STATE_DICT,
 # one file per rank).
@@ -56,6 +68,9 @@ PRECISION_SLICE = Slice(
     ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"),
     precisions=other_precisions,
 )
+# default declares the wrapper's mixed precisions, whose column answered per row before the
+# axis had loss scaling and pure bf16; those are in full, met by the covering's pairs
+DEFAULT_PRECISION_SLICE = dataclasses.replace(PRECISION_SLICE, precisions=mixed_precisions)
 # each precision with each optimizer value (state of the parameter's dtype or fp32 beside bf16
 # parameters, a GradScaler beside a scheduler) and each model (buffers cast, an int buffer kept):
 # in full, whose pairs default's covering meets
