@@ -112,10 +112,16 @@ class CaseCells:
 
     def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Case]:
         variants = self.variants(strategy.storage)
+        # the built-in configurations as the strategy's, each once: those that differ only in the
+        # API, storage or variant, which the strategy's own replace, are one (a large declaration
+        # has tens of thousands of them per strategy, and few distinct ones)
+        if not self.kinds:
+            return []
+        own = {mine(strategy, c, self.kinds[0]) for c in self._configurations(check, profile)}
         return _sorted(
             {
-                dataclasses.replace(mine(strategy, c, k), variant=v)
-                for configuration in self._configurations(check, profile)
+                dataclasses.replace(c, api=k, variant=v)
+                for configuration in own
                 for c in own_layouts(strategy, configuration)
                 for k in self.kinds
                 for v in variants
