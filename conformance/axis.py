@@ -16,6 +16,11 @@ class Named(Protocol):
 V = TypeVar("V", bound=Named)
 
 
+def available() -> str | None:
+    """The default `unavailable` of an axis value: nothing this torch lacks."""
+    return None
+
+
 class Axis(Generic[V]):
     """values: name -> value, the registry itself (read, and in tests patched, as a dict)."""
 

@@ -104,13 +104,8 @@ def hygiene_problems(
     )  # the persistent buffers: a counter or running stats the checkpoint must carry, bitwise
     want = {k: _as_saved(v, got[k]) for k, v in expected.items() if k in got}
     for key in [k for k in want if k.startswith("buffer/")]:
-        kept = [
-            c[key]
-            for c in copies
-            if key in c and not compare_states({key: _as_saved(c[key], got[key])}, {key: got[key]})
-        ]
-        if kept:
-            want[key] = _as_saved(kept[0], got[key])
+        saved = (_as_saved(c[key], got[key]) for c in copies if key in c)
+        want[key] = next((s for s in saved if not compare_states({key: s}, {key: got[key]})), want[key])
     problems += [f"value: {d}" for d in compare_states(want, got)[:3]]
     return problems
 

@@ -16,6 +16,7 @@ from conformance.check.slices import (
     MAIN_WRAPPERS,
     MODELS,
     ONE_D_WRAPPERS,
+    ONE_FEATURE_MODELS,
     PP_FSDP_WRAPPERS,
     TP_WRAPPERS,
     Slice,
@@ -50,10 +51,11 @@ MODEL_SLICE = Slice(
     "models", MAIN_WRAPPERS, ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"), models=MODELS
 )
 # default declares the models that have answered its feature table per row since before each
-# feature of mlp_scalar had a model of its own: the split ones are in full, whose every pair
+# feature of mlp_scalar had a model of its own: the one-feature ones are in full, whose every pair
 # default's covering meets (their columns answer where the covering put a cell, else unknown)
-SPLIT_MODELS = tuple(m for m in MODELS if m not in ("mlp_int_buffer", "mlp_scalar_param"))
-DEFAULT_MODEL_SLICE = dataclasses.replace(MODEL_SLICE, models=SPLIT_MODELS)
+DEFAULT_MODEL_SLICE = dataclasses.replace(
+    MODEL_SLICE, models=tuple(m for m in MODELS if m not in ONE_FEATURE_MODELS)
+)
 # The expert-parallelism recipe: experts sharded on sub-groups, the rest on the world. Its
 # seed row is fsdp1_full_shard-sd_sharded-torch_save_per_rank-adamw-moe (SHARDED_STATE_DICT,
 # one file per rank).
@@ -116,7 +118,7 @@ LAYOUT_SLICE = Slice(
 LAYOUT_MODELS_SLICE = dataclasses.replace(
     LAYOUT_SLICE,
     name="parallel layouts, one model feature each",
-    models=("mlp_int_buffer", "mlp_scalar_param"),
+    models=ONE_FEATURE_MODELS,
 )
 TP_SLICE = dataclasses.replace(LAYOUT_SLICE, name="tensor parallel", wrappers=TP_WRAPPERS)
 PP_FSDP_SLICE = dataclasses.replace(

@@ -65,6 +65,9 @@ MODELS: tuple[str, ...] = (
     "mlp_scalar_param",
     "tied_transformer",
 )
+# Each feature of mlp_scalar on a model of its own: in the full declaration (default's covering
+# meets every pair of them), not in the slices whose every row answers a column in default.
+ONE_FEATURE_MODELS: tuple[str, ...] = ("mlp_int_buffer", "mlp_scalar_param")
 # Both layouts of experts on expert-parallel sub-groups: every rank's expert under one name
 # (moe, as fairscale and DeepSpeed do), and each under its own name (moe_named, DCP's advice).
 EXPERT_MODELS = ("moe", "moe_named")

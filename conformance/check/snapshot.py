@@ -162,6 +162,11 @@ def local_state(model: nn.Module, optim: Optimizers, stateful: Mapping[str, Any]
     }
 
 
+def local_buffers(model: nn.Module) -> Snapshot:
+    """This rank's buffers, copied, keyed as local_state keys them."""
+    return {f"buffer/{clean_name(name)}": local_tensor(buf) for name, buf in model.named_buffers()}
+
+
 def full_state(
     model: nn.Module,
     optim: Optimizers,

@@ -32,7 +32,7 @@ from conformance.check.roundtrip import (
     load_checkpoint,
 )
 from conformance.check.sanity import sanity_records, sharding_problems
-from conformance.check.snapshot import Snapshot, count_elements, local_state
+from conformance.check.snapshot import Snapshot, count_elements, local_buffers
 from conformance.layout.builtin import builtin_strategy
 from conformance.models import build_model
 from conformance.outcome import Outcome
@@ -80,9 +80,7 @@ def save_phase(ctx: RankContext, spec: SaveSpec) -> dict[str, Any]:
     expected = _canonical(trained, case, ctx)
     # each rank's own buffers: a replica's running stats may differ, and a full checkpoint holds
     # one rank's copy (the hygiene check accepts any rank's, as the round trip does)
-    buffers = {
-        k: v for k, v in local_state(trained.model, trained.optimizers).items() if k.startswith("buffer/")
-    }
+    buffers = local_buffers(trained.model)
     strategy.save(trained, Path(spec.directory), ctx)
     return {"problems": problems, "expected": expected, "observed": observed, "buffers": buffers}
 

@@ -11,11 +11,9 @@ from typing import Any
 
 import torch
 
+from conformance.axis import available
+
 Make = Callable[..., torch.optim.Optimizer]  # (param groups, **implementation flags) -> optimizer
-
-
-def _always() -> str | None:
-    return None
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,7 @@ class Optimizer:
     impls: tuple[str, ...] = ()
     takes_groups: bool = True
     closure: bool = False
-    unavailable: Callable[[], str | None] = field(default=_always, compare=False)
+    unavailable: Callable[[], str | None] = field(default=available, compare=False)
 
 
 @dataclass(frozen=True)

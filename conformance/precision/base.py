@@ -15,14 +15,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from conformance.axis import available
+
 # keyword arguments of a wrapper's mixed-precision setting, as (name, dtype) pairs
 Dtypes = tuple[tuple[str, torch.dtype], ...]
 # keyword arguments of a GradScaler (init_scale, growth_interval, ...)
 ScalerArgs = tuple[tuple[str, float], ...]
-
-
-def _always() -> str | None:
-    return None
 
 
 @dataclass(frozen=True)
@@ -44,7 +42,7 @@ class Precision:
     loss_scale: ScalerArgs | None = None
     params: torch.dtype | None = None
     description: str = ""
-    unavailable: Callable[[], str | None] = field(default=_always, compare=False)
+    unavailable: Callable[[], str | None] = field(default=available, compare=False)
 
     @property
     def mixed(self) -> bool:
