@@ -18,9 +18,9 @@ ADAPTER_MODELS: tuple[str, ...] = tuple(sorted(set(MODELS) - {"moe_named"}))
 
 
 def saved_model_state(path: object, key: str) -> dict:
-    """The model state dict a framework's checkpoint holds under `key`, read in one process as
-    an inference user would: `torch.load(weights_only=True)` of its one file, or of DCP's own
-    conversion (format_utils.dcp_to_torch_save) of its DCP directory."""
+    """The model state dict a framework's checkpoint holds under `key` ("": the whole of it),
+    read in one process as an inference user would: `torch.load(weights_only=True)` of its one
+    file, or of DCP's own conversion (format_utils.dcp_to_torch_save) of its DCP directory."""
     import tempfile
     from pathlib import Path
 
@@ -28,9 +28,11 @@ def saved_model_state(path: object, key: str) -> dict:
 
     path = Path(str(path))
     if not path.is_dir():
-        return torch.load(path, weights_only=True, map_location="cpu")[key]
+        saved = torch.load(path, weights_only=True, map_location="cpu")
+        return saved[key] if key else saved
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     with tempfile.TemporaryDirectory() as tmp:
         dcp_to_torch_save(path, f"{tmp}/converted.pt")
-        return torch.load(f"{tmp}/converted.pt", weights_only=True)[key]
+        saved = torch.load(f"{tmp}/converted.pt", weights_only=True)
+        return saved[key] if key else saved

@@ -34,6 +34,7 @@ to its own model classes only (docs/libraries.md).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,9 +43,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from conformance.adapters import ADAPTER_MODELS
+from conformance.adapters import ADAPTER_MODELS, saved_model_state
 from conformance.case import Case
 from conformance.layout.registry import layout_of
+from conformance.strategy.lifecycle import Policy
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.strategy.storage.dcp_async import tensors_in
@@ -163,6 +165,17 @@ class Torchtitan:
             for tensor, value in zip(live, kept, strict=True):
                 tensor.copy_(value)
 
+    def checkpointer(self, state: TrainState, path: Path, policy: Policy, ctx: RankContext) -> TitanRun:
+        return TitanRun(self, state, path, policy)
+
+    def step_folder(self, path: Path, step: int) -> Path:
+        return path / FOLDER / f"step-{step}"
+
+    def read_export(self, path: Path, step: int) -> dict[str, Any]:
+        """The model-only save is the model's flattened state dict in DCP: DCP's own conversion
+        to one torch.save file, read back with weights_only=True."""
+        return saved_model_state(self.step_folder(path, step), "")
+
     def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         manager = self.manager(state, path, TrainStep(0))
         try:
@@ -172,6 +185,51 @@ class Torchtitan:
                 )
         finally:
             manager.close()
+
+
+class TitanRun:
+    """One run of torchtitan's CheckpointManager under a lifecycle policy (the lifecycle check,
+    conformance.strategy.lifecycle): keep_latest_k, initial_load_path (the seed; its default
+    initial_load_model_only=True), last_save_model_only, this row's async mode. save(step) as
+    the trainer's loop calls it after each step; an asynchronous save's staging awaited before
+    the next step (the trainer's maybe_wait_for_staging before its optimizer step), and at the
+    end the save in flight, as the next save would (the trainer's own last save, last_step=True,
+    is synchronous), then close()."""
+
+    def __init__(self, titan: Torchtitan, state: TrainState, path: Path, policy: Policy) -> None:
+        from torchtitan.components.checkpointer import CheckpointManager
+
+        config = CheckpointManager.Config(
+            enable=True,
+            folder=FOLDER,
+            interval=1,
+            async_mode=titan.async_mode,
+            keep_latest_k=policy.keep_latest,
+            initial_load_path=policy.seed or None,
+            last_save_model_only=policy.model_only_last,
+        )
+        self.train_step = TrainStep(0)
+        self.manager = config.build(
+            dataloader=None,
+            model_parts=[state.model],
+            optimizers=state.optim,
+            lr_schedulers=state.scheduler,
+            states={"train_state": self.train_step},
+            sd_adapter=None,
+            base_folder=str(path),
+        )
+
+    def save(self, step: int, last: bool = False) -> None:
+        self.train_step.step = step
+        self.manager.save(step, last_step=last)
+        self.manager.maybe_wait_for_staging()
+
+    def resume(self) -> bool:
+        return bool(self.manager.load(step=-1))
+
+    def close(self) -> None:
+        self.manager.maybe_wait_for_saving()
+        self.manager.close()
 
 
 def synchronous(case: Case) -> Torchtitan:
@@ -192,13 +250,18 @@ STORAGE = OwnFormat(
     damage=("flipped_bytes", "missing_metadata", "missing_shard", "other_model", "truncated"),
 )
 
+# The lifecycle scenarios (conformance.check.scenarios) it takes: every one; a kill while a save
+# is in flight only where a save can be in flight (async_mode="async").
+SYNCHRONOUS_LIFECYCLE = ("empty_folder", "interrupted", "keep_latest", "model_only_last", "seed_load")
 SUPPORTS = Supports(
     wrappers=LAYOUTS,
     kinds=("sharded",),
-    checks=("corrupt", "resume", "roundtrip", "reshard", "relayout"),
+    checks=("corrupt", "lifecycle", "resume", "roundtrip", "reshard", "relayout"),
     optimizers=("adam", "adamw", "adamw+groups", "adamw+sched"),
     models=ADAPTER_MODELS,
+    variants=(("lifecycle", SYNCHRONOUS_LIFECYCLE),),
 )
+ASYNC_SUPPORTS = dataclasses.replace(SUPPORTS, variants=(("lifecycle", (*SYNCHRONOUS_LIFECYCLE, "killed")),))
 TORCHTITAN = RegisteredStrategy(
     name="torchtitan",
     factory=synchronous,
@@ -211,7 +274,7 @@ TORCHTITAN = RegisteredStrategy(
 TORCHTITAN_ASYNC = RegisteredStrategy(
     name="torchtitan_async",
     factory=asynchronous,
-    supports=SUPPORTS,
+    supports=ASYNC_SUPPORTS,
     storage=STORAGE,
     requires=(DIST,),
     description="torchtitan's CheckpointManager with async_mode='async': the next step's in-place update "

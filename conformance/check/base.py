@@ -91,17 +91,21 @@ def no_variants(storage: Storage) -> tuple[str, ...]:
 class CaseCells:
     """One configuration per cell: profile name -> its slices, each at some world sizes.
     variants: what the check varies per storage (the damage of a corrupt cell), a cell each.
-    kinds: the state-dict kinds a registered strategy is asked for."""
+    kinds: the state-dict kinds a registered strategy is asked for. builtin: the built-in matrix
+    has the cells too (False: the slices say only what a registered strategy's cells are)."""
 
     parts: Mapping[str, Parts]
     variants: Callable[[Storage], tuple[str, ...]] = no_variants
     kinds: tuple[str, ...] = STRATEGY_KINDS
+    builtin: bool = True
 
     def _configurations(self, check: str, profile: str) -> list[Case]:
         parts = self.parts.get(profile, ())
         return _sorted({case for slice_, sizes in parts for case in slice_.cases(sizes, check)})
 
     def cells(self, check: str, profile: str) -> list[Case]:
+        if not self.builtin:
+            return []
         return _sorted(
             {
                 dataclasses.replace(case, variant=variant)
@@ -214,7 +218,9 @@ class Check:
     feature table. shape: its cells per profile. execute: runs one cell. registered: registered
     strategies get its cells (each declares in Supports.checks which it takes). properties:
     the hypothesis properties (cases/test_property.py) run it over generated configurations.
-    own_templates: its cells shape the template a load goes into (conformance.check.template)."""
+    own_templates: its cells shape the template a load goes into (conformance.check.template).
+    needs: the strategy's methods beyond the protocol's three its cells call (an extension such
+    as conformance.strategy.lifecycle); a strategy without them gets `unsupported`."""
 
     name: str
     title: str
@@ -226,6 +232,11 @@ class Check:
     # its cells load into templates they shape themselves, the pitfalls included (the template
     # check): the matrix's rules about what a template cannot hold do not apply to them
     own_templates: bool = False
+    needs: tuple[str, ...] = ()
+
+    def lacks(self, strategy: object) -> list[str]:
+        """The methods of `needs` the strategy does not have."""
+        return [n for n in self.needs if not callable(getattr(strategy, n, None))]
 
     @property
     def fixture(self) -> str:

@@ -4,10 +4,20 @@ defines `CHECK` (conformance.check.base.Check), its line here, and its test in c
 
 from __future__ import annotations
 
-from conformance.check import corrupt, hygiene, interop, relayout, reshard, resume, roundtrip, template
+from conformance.check import (
+    corrupt,
+    hygiene,
+    interop,
+    lifecycle,
+    relayout,
+    reshard,
+    resume,
+    roundtrip,
+    template,
+)
 from conformance.check.base import Check
 
 CHECKS: dict[str, Check] = {
     module.CHECK.name: module.CHECK
-    for module in (roundtrip, resume, reshard, relayout, interop, hygiene, corrupt, template)
+    for module in (roundtrip, resume, reshard, relayout, interop, hygiene, corrupt, template, lifecycle)
 }

@@ -58,7 +58,8 @@ class LoadSpec:
     strategy_factory: StrategyFactory = field(default=builtin_strategy)
 
 
-def _canonical(state: Any, case: Case, ctx: RankContext) -> Snapshot | None:
+def canonical_of(state: Any, case: Case, ctx: RankContext) -> Snapshot | None:
+    """The canonical state of a TrainState on rank 0 (None elsewhere). A collective."""
     plain = build_model(case.model, ctx.seed, ctx.rank, ctx.world_size)
     return canonical_state(
         state.model,
@@ -77,7 +78,7 @@ def save_phase(ctx: RankContext, spec: SaveSpec) -> dict[str, Any]:
     train_state(trained, ctx, case)
     problems = sharding_problems(case, ctx, trained.model, strategy)
     observed = sanity_records(problems, ctx.rank)
-    expected = _canonical(trained, case, ctx)
+    expected = canonical_of(trained, case, ctx)
     # each rank's own buffers: a replica's running stats may differ, and a full checkpoint holds
     # one rank's copy (the hygiene check accepts any rank's, as the round trip does)
     buffers = local_buffers(trained.model)
@@ -89,7 +90,7 @@ def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
     case, path = spec.case, Path(spec.directory)
     strategy = strategy_under_test(spec.strategy_factory, case)
     fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1)
-    before = _canonical(fresh, case, ctx)
+    before = canonical_of(fresh, case, ctx)
     if before is not None:  # rank 0
         if not any(k.startswith("param/") for k in spec.expected):
             raise VacuousCheckError("the saved state has no parameters to compare")
@@ -103,7 +104,7 @@ def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
     insane = sharding_problems(case, ctx, fresh.model, strategy)
     problems = [f"after the load, {p}" for p in insane]
     observed = sanity_records(insane, ctx.rank, scope="sanity after the load")
-    after = _canonical(fresh, case, ctx)
+    after = canonical_of(fresh, case, ctx)
     if after is None:
         return {"problems": problems, "failures": [], "observed": observed}
     found = first_of_each_kind(compare_states(spec.expected, after))

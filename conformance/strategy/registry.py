@@ -56,7 +56,9 @@ class Supports:
     sharding) pairs the strategy brings itself, where its framework's engine does the wrapping
     (("deepspeed", "zero3")): each takes the cells the matrix gives its data-parallel
     configuration (DDP's, DATA_PARALLEL), in every check the strategy declares, and counts as
-    a declared wrapper."""
+    a declared wrapper. variants: (check, the variants of its cells the strategy takes), e.g.
+    ("lifecycle", ("keep_latest", "interrupted")): the lifecycle check's scenarios; a check not
+    named: every variant."""
 
     wrappers: tuple[tuple[str, str], ...]
     kinds: tuple[str, ...] = STRATEGY_KINDS
@@ -66,6 +68,7 @@ class Supports:
     models: tuple[str, ...] | None = None
     precisions: tuple[str, ...] | None = ("fp32",)
     layouts: tuple[tuple[str, str], ...] = ()
+    variants: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @functools.cache
@@ -144,6 +147,10 @@ class RegisteredStrategy:
             (s.optimizers is None or case.optimizer in s.optimizers, f"optimizer {case.optimizer}"),
             (s.models is None or case.model in s.models, f"model {case.model}"),
             (s.precisions is None or case.precision in s.precisions, f"precision {case.precision}"),
+            (
+                case.variant in dict(s.variants).get(check, (case.variant,)),
+                f"the {check} check's {case.variant}",
+            ),
         ]
         return next((f"{self.name} does not declare {what}" for ok, what in declared if not ok), None)
 

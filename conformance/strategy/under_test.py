@@ -19,7 +19,17 @@ from conformance.strategy.protocol import Strategy, TrainState
 from conformance.world import RankContext
 from conformance.world.attribution import code_under_test
 
-OPTIONAL_METHODS = ("load_before_wrap", "read_model_state", "own_training", "held", "shard_group_size")
+OPTIONAL_METHODS = (
+    "load_before_wrap",
+    "read_model_state",
+    "own_training",
+    "held",
+    "shard_group_size",
+    # the lifecycle extension (conformance.strategy.lifecycle)
+    "checkpointer",
+    "step_folder",
+    "read_export",
+)
 # The calls in which the strategy reads a checkpoint: where a load that must fail must raise.
 LOADING_CALLS = ("strategy.load", "strategy.load_before_wrap")
 

@@ -1,0 +1,276 @@
+"""The lifecycle check: a library's folder of checkpoints over a run and the restart after it
+(retention, a save cut off or killed in flight, an empty folder, the seed load, the model-only
+last save). One cell per scenario (conformance.check.scenarios), for registered strategies that
+have the lifecycle extension (conformance.strategy.lifecycle).
+
+The run (N ranks) builds the state, and before each save it makes trains one step and keeps
+rank 0's canonical state; then `close()`. The harness looks at the step folders the scenario
+says must remain or be gone, and takes away an interrupted step's commit (its storage's metadata
+files). The restart (N ranks of the pool's other world: no process of the run) builds a fresh
+state with other weights, calls `resume()` and compares rank 0's canonical state bitwise with
+the step the scenario allows (any of them, for a save killed in flight), or with the fresh state
+itself where nothing may load. A resume that raises passes only where the scenario allows a
+refusal; one that starts fresh although a complete step was there fails (it loses the run), and
+so does one that says it loaded from an empty folder. A model-only last save is read in one
+process (`read_export`) and must load strict=True into the plain model with the trained values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from conformance.case import Case
+from conformance.check.base import CaseCells, Check, Feature, Under
+from conformance.check.compare import compare_states
+from conformance.check.hygiene import hygiene_problems
+from conformance.check.phases import PhaseError, Phases
+from conformance.check.roundtrip import (
+    StrategyFactory,
+    VacuousCheckError,
+    differs_somewhere,
+    fresh_state,
+    limit_lines,
+)
+from conformance.check.scenarios import SCENARIOS, Scenario
+from conformance.check.slices import Slice
+from conformance.check.snapshot import Snapshot, local_buffers
+from conformance.check.transfer import canonical_of
+from conformance.layout.builtin import builtin_strategy
+from conformance.models import build_model
+from conformance.observed import verdict
+from conformance.outcome import Outcome
+from conformance.strategy.under_test import strategy_under_test
+from conformance.training import train_state
+from conformance.world import RankContext
+from conformance.world.attribution import code_under_test
+
+RESUME_CALL = "checkpointer.resume"
+KILLED_STATE = "state-before-the-kill.pt"  # rank 0's record of a killed run, beside its folder
+
+
+@dataclass(frozen=True)
+class LifeSpec:
+    case: Case
+    directory: str  # the base folder of the run
+    scenario: Scenario
+    strategy_factory: StrategyFactory = field(default=builtin_strategy)
+    seed: str = ""  # the restart's seed checkpoint (Policy.seed)
+    expected: dict[int, Snapshot] = field(default_factory=dict)  # the restart's: the run's states
+
+
+def _call(name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    with code_under_test(f"checkpointer.{name}"):
+        return fn(*args, **kwargs)
+
+
+def run_phase(ctx: RankContext, spec: LifeSpec) -> dict[str, Any]:
+    case, scenario, base = spec.case, spec.scenario, Path(spec.directory)
+    strategy = strategy_under_test(spec.strategy_factory, case)
+    state = fresh_state(strategy, case, ctx, seed=ctx.seed)
+    checkpointer = strategy.checkpointer(state, base, scenario.policy, ctx)
+    expected: dict[int, Snapshot | None] = {}
+    folders = {s: str(strategy.step_folder(base, s)) for s in scenario.saves}
+    for step in scenario.saves:
+        train_state(state, ctx, case, steps=1, start_step=step - 1)
+        expected[step] = canonical_of(state, case, ctx)
+        last = scenario.last and step == scenario.saves[-1]
+        _call("save", checkpointer.save, step, last=last)
+    record = {"expected": expected, "folders": folders, "buffers": local_buffers(state.model)}
+    if scenario.killed:
+        if ctx.rank == 0:
+            torch.save(record, base.parent / KILLED_STATE)
+        dist.barrier()
+        os.kill(os.getpid(), signal.SIGKILL)  # every rank, the last save's write still in flight
+    _call("close", checkpointer.close)
+    return record
+
+
+def resume_phase(ctx: RankContext, spec: LifeSpec) -> dict[str, Any]:
+    case = spec.case
+    strategy = strategy_under_test(spec.strategy_factory, case)
+    state = fresh_state(strategy, case, ctx, seed=ctx.seed + 1)
+    before = canonical_of(state, case, ctx)
+    if before is not None and any(
+        not differs_somewhere(spec.expected[s], before) for s in spec.scenario.loads
+    ):
+        raise VacuousCheckError(
+            "the fresh model already equals a saved one: a resume could not be told from none"
+        )
+    policy = dataclasses.replace(spec.scenario.policy, seed=spec.seed)
+    checkpointer = strategy.checkpointer(state, Path(spec.directory), policy, ctx)
+    loaded = bool(_call("resume", checkpointer.resume))
+    after = canonical_of(state, case, ctx)
+    _call("close", checkpointer.close)
+    return {"before": before, "after": after, "loaded": loaded}
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    run: LifeSpec
+    expected: Snapshot  # the state at the last save
+    copies: tuple[Snapshot, ...]  # the saving ranks' own buffers
+
+
+def export_phase(ctx: RankContext, spec: ExportSpec) -> list[str]:
+    """The model-only last save, read in one process, against the plain model (the hygiene
+    check's rules)."""
+    run = spec.run
+    strategy = strategy_under_test(run.strategy_factory, run.case)
+    exported = strategy.read_export(Path(run.directory), run.scenario.saves[-1])
+    plain = build_model(run.case.model, seed=0, rank=0, world_size=run.case.world_size)
+    return limit_lines(hygiene_problems(exported, plain, spec.expected, spec.copies))
+
+
+def disk_problems(scenario: Scenario, folders: dict[int, str]) -> list[str]:
+    """The step folders the scenario's retention leaves, against what must remain and be gone."""
+    problems = [
+        f"step {s}'s folder {Path(folders[s]).name} is gone" for s in scenario.kept if not _holds(folders[s])
+    ]
+    problems += [
+        f"step {s}'s folder {Path(folders[s]).name} is still there"
+        for s in scenario.gone
+        if _holds(folders[s])
+    ]
+    return problems
+
+
+def _holds(folder: str) -> bool:
+    path = Path(folder)
+    return path.exists() and (path.is_file() or any(p.is_file() for p in path.rglob("*")))
+
+
+def _seeded_view(expected: Snapshot, before: Snapshot) -> Snapshot:
+    """What a seeded restart must hold: the seed's model, everything else as freshly built."""
+    model = ("param/", "buffer/")
+    return {
+        k: (expected[k] if k.startswith(model) else v)
+        for k, v in before.items()
+        if k in expected or not k.startswith(model)
+    }
+
+
+def resume_verdict(
+    scenario: Scenario, expected: dict[int, Snapshot], resumed: dict[str, Any]
+) -> tuple[Outcome, str]:
+    before, after, loaded = resumed["before"], resumed["after"], resumed["loaded"]
+    if not scenario.loads:
+        changed = [str(d) for d in compare_states(before, after)]
+        if loaded or changed:
+            said = "says it resumed" if loaded else "says it loaded nothing"
+            return (
+                Outcome.FAIL,
+                f"{said} from a folder with no checkpoint, and {len(changed)} values changed:\n"
+                + "\n".join(limit_lines(changed)),
+            )
+        return Outcome.PASS, "loaded nothing and said so: the fresh state is untouched, bitwise"
+    wanted = {
+        s: _seeded_view(expected[s], before) if scenario.seeded else expected[s] for s in scenario.loads
+    }
+    if not loaded:
+        return Outcome.FAIL, (
+            f"started fresh although step {min(scenario.loads)} had been saved, complete: the run's checkpoints are lost to it"
+        )
+    for step, want in sorted(wanted.items(), reverse=True):
+        if not compare_states(want, after):
+            return Outcome.PASS, f"resumed step {step}, bitwise ({len(want)} entries of the canonical state)"
+    latest = max(scenario.loads)
+    differences = [str(d) for d in compare_states(wanted[latest], after)]
+    other = [s for s, snap in expected.items() if s not in scenario.loads and not compare_states(snap, after)]
+    which = f"; it is step {other[0]}'s state, which it must not resume" if other else ""
+    return Outcome.FAIL, (
+        f"resumed, but not step {latest}'s state{which}: {len(differences)} differences:\n"
+        + "\n".join(limit_lines(differences))
+    )
+
+
+def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
+    scenario = SCENARIOS[case.variant]
+    lacks = CHECK.lacks(under.factory(case))
+    if lacks:
+        return Outcome.UNSUPPORTED, f"the strategy has no {', '.join(lacks)}: no lifecycle of its own"
+    base = phases.scratch()
+    spec = LifeSpec(case, str(base), scenario, under.factory)
+    try:
+        record = phases.run("run", case.world_size, run_phase, spec)[0]
+    except PhaseError as exc:
+        kept = base.parent / KILLED_STATE
+        if not (scenario.killed and exc.outcome is Outcome.CRASH and kept.exists()):
+            return exc.outcome, exc.detail
+        record = torch.load(kept, weights_only=False)
+    problems = disk_problems(scenario, record["folders"])
+    if scenario.interrupted:
+        cut = Path(record["folders"][scenario.interrupted])
+        commit = under.storage.metadata_files(cut) if under.storage else []
+        if not commit:
+            raise ValueError(f"{case.id}: its storage names no commit file in {cut} to take away")
+        for path in commit:
+            path.unlink()
+    expected = record["expected"]
+    if scenario.exported:
+        last = scenario.saves[-1]
+        try:
+            found = phases.run(
+                "read in one process", 1, export_phase, ExportSpec(spec, expected[last], (record["buffers"],))
+            )[0]
+        except PhaseError as exc:
+            return exc.outcome, exc.detail
+        problems += found
+        outcome = (Outcome.FAIL, f"{len(problems)} problems:\n" + "\n".join(problems)) if problems else None
+        return outcome or (
+            Outcome.PASS,
+            "the model-only last save loads strict=True into the plain model, bitwise the trained values",
+        )
+    seed = record["folders"][scenario.saves[-1]] if scenario.seeded else ""
+    restart = dataclasses.replace(
+        spec,
+        directory=str(phases.scratch()) if scenario.seeded else spec.directory,
+        seed=seed,
+        expected=expected,
+    )
+    try:
+        resumed = phases.run("restart", case.world_size, resume_phase, restart, other_world=True)[0]
+    except PhaseError as exc:
+        if scenario.may_refuse and exc.raised_by(RESUME_CALL) and not problems:
+            return Outcome.PASS, f"the resume refused, as it may:\n{exc.detail}"
+        return exc.outcome, exc.detail
+    outcome, detail = resume_verdict(scenario, expected, resumed)
+    if problems:
+        phases.observed += [verdict("problem", p) for p in problems]
+        return Outcome.FAIL, f"{len(problems)} problems with the folder after the run:\n" + "\n".join(
+            problems
+        ) + f"\nthe restart: {detail}"
+    return outcome, detail
+
+
+def _scenarios(storage: Any) -> tuple[str, ...]:
+    return tuple(SCENARIOS)
+
+
+# A library's lifecycle on the data-parallel layout it is given (FSDP2), the default optimizer.
+LIFECYCLE_SLICE = Slice("library lifecycles", (("fsdp2", "shard"),), ("dsd_sharded",), storages=("dcp",))
+
+CHECK = Check(
+    name="lifecycle",
+    title="Library lifecycles: retention, interrupted and killed saves, empty folders, seed loads, exports",
+    shape=CaseCells(
+        {p: ((LIFECYCLE_SLICE, (2,)),) for p in ("ci", "default", "full")},
+        variants=_scenarios,
+        kinds=("sharded",),
+        builtin=False,
+    ),
+    registered=True,
+    execute=execute,
+    needs=("checkpointer", "step_folder", "read_export"),
+    features=tuple(
+        Feature(s.name.replace("_", " "), s.meaning, selects=lambda axes, n=s.name: axes.get("variant") == n)
+        for s in SCENARIOS.values()
+    ),
+)

@@ -1,0 +1,66 @@
+"""The protocol's extension for a library that manages a run's checkpoints itself: a folder of
+step checkpoints it saves into, prunes (keep the latest k) and resumes from ("the latest"), a
+seed checkpoint it loads when its folder holds none, a model-only last save.
+
+A strategy that has the methods of `Lifecycle` takes the lifecycle check's cells it declares
+(`Supports.variants["lifecycle"]`). Its checkpointer is the library's own object (torchtitan's
+CheckpointManager, ...) configured by the policy, over the live TrainState, with `path` as its
+base folder; the harness calls it as the library's trainer does: `save(step)` after each
+training step it checkpoints, `resume()` once at the start of a run, `close()` at its end.
+Every call is code under test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from conformance.strategy.protocol import TrainState
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How the library is configured for one run. keep_latest: the checkpoints it keeps (0:
+    every one; its own default otherwise applies only where it has no "keep all"). seed: a
+    checkpoint (a step folder of another run of the same library) to load at the start when its
+    own folder holds none. model_only_last: the save with last=True writes the model alone, for
+    export."""
+
+    keep_latest: int = 0
+    seed: str = ""
+    model_only_last: bool = False
+
+
+class Checkpointer(Protocol):
+    """One run's checkpointing, as the library's trainer drives it."""
+
+    def save(self, step: int, last: bool = False) -> None:
+        """Checkpoint the live state after `step` training steps, as the library's trainer does
+        (it may return with the write still in flight: an asynchronous save)."""
+        ...
+
+    def resume(self) -> bool:
+        """Load what the library resumes from at the start of a run (the latest complete step,
+        else the seed): whether it loaded anything. Raises where it refuses."""
+        ...
+
+    def close(self) -> None:
+        """The end of the run: every write in flight durable, every pruning done."""
+        ...
+
+
+class Lifecycle(Protocol):
+    """The strategy's methods of this extension (RankContext: conformance.world)."""
+
+    def checkpointer(self, state: TrainState, path: Path, policy: Policy, ctx: Any) -> Checkpointer: ...
+
+    def step_folder(self, path: Path, step: int) -> Path:
+        """Where the library writes the checkpoint of `step` under the base folder `path` (it
+        need not exist): what the harness inspects (retention) and damages (an interrupted save)."""
+        ...
+
+    def read_export(self, path: Path, step: int) -> dict[str, Any]:
+        """The model state dict of the model-only save of `step`, read in one process (no process
+        group) as export code would read it."""
+        ...
