@@ -19,7 +19,7 @@ from tests import lifecycle_strategies as lib
 
 # flaw -> (the scenario that must catch it, a phrase its detail must hold)
 CAUGHT_BY = {
-    "deletes_latest": ("keep_latest", "step 3's folder step-3 is gone"),
+    "deletes_latest": ("keep_latest", "step 5's folder step-5 is gone"),
     "trusts_newest": ("interrupted", "resumed, but not step 1's state"),
     "says_loaded": ("empty_folder", "says it resumed from a folder with no checkpoint"),
     "seeds_everything": ("seed_load", "resumed, but not step 2's state"),
