@@ -146,6 +146,9 @@ class Folders:
     def step_folder(self, path: Path, step: int) -> Path:
         return path / f"step-{step}"
 
+    def commit_files(self, path: Path, step: int) -> list[Path]:
+        return [self.step_folder(path, step) / ".metadata"]
+
     def read_export(self, path: Path, step: int) -> dict[str, Any]:
         return saved_model_state(self.step_folder(path, step), "model")
 

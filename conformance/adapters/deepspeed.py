@@ -147,6 +147,15 @@ class DeepSpeedZero:
     def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         state.engine.save_checkpoint(str(path))  # type: ignore[union-attr]
 
+    def checkpointer(self, state: TrainState, path: Path, policy: Any, ctx: RankContext) -> DeepSpeedRun:
+        return DeepSpeedRun(state.engine, path)
+
+    def step_folder(self, path: Path, step: int) -> Path:
+        return path / step_tag(step)
+
+    def commit_files(self, path: Path, step: int) -> list[Path]:
+        return [path / "latest"]
+
     # the tag load_checkpoint reads; None: the one the `latest` file save_checkpoint wrote names
     load_tag: ClassVar[str | None] = None
 
@@ -157,6 +166,32 @@ class DeepSpeedZero:
             raise FileNotFoundError(
                 f"DeepSpeed's load_checkpoint found no checkpoint (tag {self.load_tag}) in {path}"
             )
+
+
+class DeepSpeedRun:
+    """One run's checkpoints as DeepSpeed keeps them (the lifecycle check): `save_checkpoint(dir,
+    tag)` after each step with the tag its default names the step by ("global_step{N}"), and on
+    a restart `load_checkpoint(dir)` with no tag, which reads the `latest` file rank 0 writes
+    after its own files (engine.py save_checkpoint: "# Save latest checkpoint tag"). DeepSpeed
+    has no retention of its own, no seed load and no model-only last save: it takes the
+    interrupted save and the empty folder."""
+
+    def __init__(self, engine: Any, path: Path) -> None:
+        self.engine, self.path = engine, path
+
+    def save(self, step: int, last: bool = False) -> None:
+        self.engine.save_checkpoint(str(self.path), tag=step_tag(step))
+
+    def resume(self) -> bool:
+        loaded, _ = self.engine.load_checkpoint(str(self.path))  # "None if loading the checkpoint failed"
+        return loaded is not None
+
+    def close(self) -> None:
+        pass
+
+
+def step_tag(step: int) -> str:
+    return f"global_step{step}"
 
 
 UNIVERSAL_TAG = "conformance"
@@ -244,12 +279,13 @@ ZERO = RegisteredStrategy(
         wrappers=(),
         layouts=LAYOUTS,
         kinds=("sharded",),
-        checks=("corrupt", "resume", "roundtrip"),
+        checks=("corrupt", "lifecycle", "resume", "roundtrip"),
         optimizers=("adam", "adamw", "adamw+groups", "adamw+sched", "sgd"),
         # each model feature alone (tied, buffers and a frozen layer, an idle parameter, a 0-dim
         # parameter, an int buffer); the model in bf16 (DeepSpeed's bf16 mode)
         models=("bn_frozen", "frozen_idle", "mlp", "mlp_int_buffer", "mlp_scalar_param", "tied_transformer"),
         precisions=("bf16_pure", "fp32"),
+        variants=(("lifecycle", ("empty_folder", "interrupted")),),
     ),
     storage=STORAGE,
     requires=(DIST,),

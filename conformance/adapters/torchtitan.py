@@ -171,6 +171,11 @@ class Torchtitan:
     def step_folder(self, path: Path, step: int) -> Path:
         return path / FOLDER / f"step-{step}"
 
+    def commit_files(self, path: Path, step: int) -> list[Path]:
+        """DCP's coordinator writes `.metadata` in finish(), after every rank's data; torchtitan
+        counts a step-N folder as a checkpoint only when it holds it (_find_load_step)."""
+        return [self.step_folder(path, step) / ".metadata"]
+
     def read_export(self, path: Path, step: int) -> dict[str, Any]:
         """The model-only save is the model's flattened state dict in DCP: DCP's own conversion
         to one torch.save file, read back with weights_only=True."""

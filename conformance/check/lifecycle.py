@@ -5,8 +5,9 @@ have the lifecycle extension (conformance.strategy.lifecycle).
 
 The run (N ranks) builds the state, and before each save it makes trains one step and keeps
 rank 0's canonical state; then `close()`. The harness looks at the step folders the scenario
-says must remain or be gone, and takes away an interrupted step's commit (its storage's metadata
-files). The restart (N ranks of the pool's other world: no process of the run) builds a fresh
+says must remain or be gone, and puts an interrupted step's commit back as it was before that
+save began (the files the library writes last to commit a save, `commit_files`: what a save cut
+off before them leaves). The restart (N ranks of the pool's other world: no process of the run) builds a fresh
 state with other weights, calls `resume()` and compares rank 0's canonical state bitwise with
 the step the scenario allows (any of them, for a save killed in flight), or with the fresh state
 itself where nothing may load. A resume that raises passes only where the scenario allows a
@@ -78,12 +79,22 @@ def run_phase(ctx: RankContext, spec: LifeSpec) -> dict[str, Any]:
     checkpointer = strategy.checkpointer(state, base, scenario.policy, ctx)
     expected: dict[int, Snapshot | None] = {}
     folders = {s: str(strategy.step_folder(base, s)) for s in scenario.saves}
+    commits: dict[str, bytes | None] = {}
     for step in scenario.saves:
+        if step == scenario.interrupted and ctx.rank == 0:  # its commit as it was before the save
+            commits = {
+                str(p): p.read_bytes() if p.is_file() else None for p in strategy.commit_files(base, step)
+            }
         train_state(state, ctx, case, steps=1, start_step=step - 1)
         expected[step] = canonical_of(state, case, ctx)
         last = scenario.last and step == scenario.saves[-1]
         _call("save", checkpointer.save, step, last=last)
-    record = {"expected": expected, "folders": folders, "buffers": local_buffers(state.model)}
+    record = {
+        "expected": expected,
+        "folders": folders,
+        "buffers": local_buffers(state.model),
+        "commits": commits,
+    }
     if scenario.killed:
         if ctx.rank == 0:
             torch.save(record, base.parent / KILLED_STATE)
@@ -127,6 +138,14 @@ def export_phase(ctx: RankContext, spec: ExportSpec) -> list[str]:
     exported = strategy.read_export(Path(run.directory), run.scenario.saves[-1])
     plain = build_model(run.case.model, seed=0, rank=0, world_size=run.case.world_size)
     return limit_lines(hygiene_problems(exported, plain, spec.expected, spec.copies))
+
+
+def put_back(path: Path, before: bytes | None) -> None:
+    """A commit file as it was before the save began: absent, or its old bytes."""
+    if before is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_bytes(before)
 
 
 def disk_problems(scenario: Scenario, folders: dict[int, str]) -> list[str]:
@@ -207,12 +226,10 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
         record = torch.load(kept, weights_only=False)
     problems = disk_problems(scenario, record["folders"])
     if scenario.interrupted:
-        cut = Path(record["folders"][scenario.interrupted])
-        commit = under.storage.metadata_files(cut) if under.storage else []
-        if not commit:
-            raise ValueError(f"{case.id}: its storage names no commit file in {cut} to take away")
-        for path in commit:
-            path.unlink()
+        if not record["commits"]:
+            raise ValueError(f"{case.id}: the strategy names no commit file of step {scenario.interrupted}")
+        for name, before in record["commits"].items():
+            put_back(Path(name), before)
     expected = record["expected"]
     if scenario.exported:
         last = scenario.saves[-1]
@@ -254,8 +271,11 @@ def _scenarios(storage: Any) -> tuple[str, ...]:
     return tuple(SCENARIOS)
 
 
-# A library's lifecycle on the data-parallel layout it is given (FSDP2), the default optimizer.
-LIFECYCLE_SLICE = Slice("library lifecycles", (("fsdp2", "shard"),), ("dsd_sharded",), storages=("dcp",))
+# A library's lifecycle on the data-parallel layout it is given (FSDP2), or brings itself (the
+# layouts a strategy brings take DDP's cells: DeepSpeed's ZeRO stages), the default optimizer.
+LIFECYCLE_SLICE = Slice(
+    "library lifecycles", (("ddp", "replicate"), ("fsdp2", "shard")), ("dsd_sharded",), storages=("dcp",)
+)
 
 CHECK = Check(
     name="lifecycle",
@@ -268,7 +288,7 @@ CHECK = Check(
     ),
     registered=True,
     execute=execute,
-    needs=("checkpointer", "step_folder", "read_export"),
+    needs=("checkpointer", "step_folder", "commit_files"),  # and read_export for model_only_last
     features=tuple(
         Feature(s.name.replace("_", " "), s.meaning, selects=lambda axes, n=s.name: axes.get("variant") == n)
         for s in SCENARIOS.values()

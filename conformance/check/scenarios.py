@@ -19,8 +19,9 @@ class Scenario:
     configuration for the run (and the restart). saves: the steps the run checkpoints. last: its
     last save is the run's last (`save(step, last=True)`). killed: every rank is killed
     (SIGKILL) right after the last save returns, its write possibly still in flight.
-    interrupted: the step whose commit the harness takes away before the restart (the storage's
-    metadata files: what a save cut off before its commit never wrote). kept, gone: the step
+    interrupted: the step whose commit the harness puts back as it was before that save began,
+    before the restart (the files the library writes last to commit a save, `commit_files`: what a
+    save cut off before them leaves). kept, gone: the step
     folders that must remain, and must be gone, after the run. loads: the steps whose state the
     restart's resume may give, bitwise (empty: it must load nothing, and say so). may_refuse: a
     resume that raises passes (no complete checkpoint it could be sure of). seeded: the restart

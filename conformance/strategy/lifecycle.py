@@ -60,7 +60,13 @@ class Lifecycle(Protocol):
         need not exist): what the harness inspects (retention) and damages (an interrupted save)."""
         ...
 
+    def commit_files(self, path: Path, step: int) -> list[Path]:
+        """The files the library writes last to commit the save of `step` (DCP's `.metadata` in
+        its folder; a `latest` file that names it): a save cut off before them leaves them as they
+        were before it began, which is how the harness makes an interrupted save."""
+        ...
+
     def read_export(self, path: Path, step: int) -> dict[str, Any]:
         """The model state dict of the model-only save of `step`, read in one process (no process
-        group) as export code would read it."""
+        group) as export code would read it. Only a strategy that declares model_only_last needs it."""
         ...

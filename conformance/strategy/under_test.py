@@ -28,6 +28,7 @@ OPTIONAL_METHODS = (
     # the lifecycle extension (conformance.strategy.lifecycle)
     "checkpointer",
     "step_folder",
+    "commit_files",
     "read_export",
 )
 # The calls in which the strategy reads a checkpoint: where a load that must fail must raise.
