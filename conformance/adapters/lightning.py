@@ -21,6 +21,7 @@ from torch import nn
 from conformance.adapters import ADAPTER_MODELS, saved_model_state
 from conformance.adapters.lightning_env import accelerator, existing_group_environment, fsdp1_cpu_prewrap
 from conformance.case import Case
+from conformance.layout.registry import layout_of
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.strategy.wrappers import fully_shard_model
@@ -95,7 +96,7 @@ class FabricModelParallel(FabricStrategy):
         from lightning.fabric.strategies import ModelParallelStrategy
 
         strategy = ModelParallelStrategy(
-            parallelize_fn=functools.partial(fully_shard_linears, ctx=ctx),
+            parallelize_fn=functools.partial(parallelize, ctx=ctx, case=self.case),
             data_parallel_size=ctx.world_size,
             tensor_parallel_size=1,
             save_distributed_checkpoint=self.case.kind == "sharded",
@@ -105,6 +106,18 @@ class FabricModelParallel(FabricStrategy):
         strategy.cluster_environment = existing_group_environment()
         strategy.parallel_devices = [ctx.device] * ctx.world_size
         return strategy
+
+
+def parallelize(model: nn.Module, device_mesh: Any, ctx: RankContext, case: Case) -> nn.Module:
+    """The parallelize function of a cell: the layout's own unit wrapping where it has one
+    (activation checkpointing or torch.compile of each wrap unit, then fully_shard, as Lightning's
+    ModelParallelStrategy guide composes them inside the parallelize function:
+    `shard_on`), else fully_shard_linears; on Fabric's data-parallel mesh."""
+    wrapper = layout_of(case).build(case)
+    shard_on = getattr(wrapper, "shard_on", None)
+    if callable(shard_on):
+        return shard_on(model, device_mesh["data_parallel"], ctx)
+    return fully_shard_linears(model, device_mesh, ctx)
 
 
 def fully_shard_linears(model: nn.Module, device_mesh: Any, ctx: RankContext) -> nn.Module:
@@ -136,7 +149,9 @@ FABRIC_MODEL_PARALLEL = RegisteredStrategy(
     name="lightning_fabric_model_parallel",
     factory=FabricModelParallel,
     supports=Supports(
-        wrappers=(("fsdp2", "shard"),),
+        # FSDP2 alone, and over units that activation checkpointing or torch.compile wrapped
+        # inside the parallelize function
+        wrappers=(("fsdp2", "shard"), ("fsdp2+ac", "shard"), ("fsdp2+compile", "shard")),
         checks=("resume", "roundtrip", "reshard", "hygiene", "corrupt"),
         models=ADAPTER_MODELS,
     ),

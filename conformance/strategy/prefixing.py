@@ -55,14 +55,17 @@ class PrefixingFsdp2Wrapper:
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
 
+        return self.shard_on(model.to(ctx.device), init_device_mesh(ctx.device.type, (ctx.world_size,)), ctx)
+
+    def shard_on(self, model: nn.Module, mesh: object, ctx: RankContext) -> nn.Module:
+        """The same on a data-parallel mesh given (a framework's parallelize function gets its
+        mesh from the framework: Lightning's ModelParallelStrategy)."""
         if self.wrap_with == "compile":
             import torch
 
             torch._dynamo.reset()  # no earlier cell's compiled code or recompile count carries over
         wrap = {"checkpoint": checkpointed, "compile": compiled}[self.wrap_with]
         fully_shard = fully_shard_fn()
-        mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-        model = model.to(ctx.device)
         for unit in wrap_units(model, wrap):
             fully_shard(unit, mesh=mesh)
         fully_shard(model, mesh=mesh)
