@@ -12,6 +12,9 @@ exist in the loaded checkpoint". The same configuration cannot load a checkpoint
 own Llama example (examples/fabric/tensor_parallel/parallelism.py) applies checkpoint_wrapper per block
 in its parallelize function.
 
+Side note printed per case (not part of the verdict): the KeyError suggests strict=False; with it fabric.load
+returns without error but leaves every parameter under a wrapper at its fresh value.
+
 Correct behaviour: the load succeeds and the fresh model's full state dict equals the saved one bitwise,
 as in the control case with no wrappers (printed first).
 
@@ -109,25 +112,41 @@ def case(tmp, wrap):
     from lightning.fabric.strategies import ModelParallelStrategy
 
     strategy = ModelParallelStrategy(
-        make_parallelize_fn(wrap), data_parallel_size=WORLD, tensor_parallel_size=1, save_distributed_checkpoint=False
+        make_parallelize_fn(wrap),
+        data_parallel_size=WORLD,
+        tensor_parallel_size=1,
+        save_distributed_checkpoint=False,
     )
     fabric = Fabric(accelerator="cpu", devices=WORLD, strategy=strategy)
     fabric.launch()
     path = os.path.join(tmp, f"{wrap}.ckpt")
     model = fabric.setup_module(new_net(0))
-    raw_names = [n for n, _ in model.named_parameters()]
+    raw_name = next(n for n, _ in model.module.named_parameters() if n.endswith("attention_norm.weight"))
     saved = full_sd(model)
     fabric.save(path, {"model": model})
-    file_keys = sorted(torch.load(path, map_location="cpu", weights_only=True)["model"].keys())
+    file_keys = set(torch.load(path, map_location="cpu", weights_only=True)["model"].keys())
     fresh = fabric.setup_module(new_net(1))
     before = full_sd(fresh)
-    res = {"raw_name": raw_names[0], "file_key": file_keys[0], "differs_before": not same(saved, before)}
+    res = {
+        "raw_name": raw_name,
+        "raw_name_in_file": raw_name in file_keys,
+        "differs_before": not same(saved, before),
+    }
     try:
         fabric.load(path, {"model": fresh})
         res["error"] = None
-    except Exception as e:  # noqa: BLE001 - the error is the finding
+    except Exception as e:
         res["error"] = f"{type(e).__name__}: {e}"
     res["equal_after"] = same(saved, full_sd(fresh))
+    # Side observation (not part of the verdict): the KeyError suggests strict=False; with it the load returns
+    # without error but skips every parameter under a wrapper.
+    lax = fabric.setup_module(new_net(1))
+    try:
+        fabric.load(path, {"model": lax}, strict=False)
+        after = full_sd(lax)
+        res["lax"] = sorted(k for k in saved if not torch.equal(saved[k], after[k]))
+    except Exception as e:
+        res["lax"] = f"{type(e).__name__}: {e}"
     fabric.barrier()
     return res
 
@@ -187,8 +206,15 @@ def main():
     for c in CASES:
         res = results[0][c]
         status = "load OK" if res["error"] is None else f"load raised {res['error']}"
-        print(f"[{c}] model param name '{res['raw_name']}', checkpoint key '{res['file_key']}'")
+        print(f"[{c}] model param '{res['raw_name']}' is a key in the saved file: {res['raw_name_in_file']}")
         print(f"[{c}] {status}; fresh weights equal saved after load: {res['equal_after']}")
+        lax = res["lax"]
+        lax = (
+            f"raised {lax}"
+            if isinstance(lax, str)
+            else f"returned; {len(lax)} tensors still differ from saved {lax}"
+        )
+        print(f"[{c}] (side note) fabric.load(strict=False) {lax}")
     if not all(rr[c]["differs_before"] for rr in results for c in CASES):
         print("ERROR: fresh and saved weights are identical before load; the test cannot tell them apart")
         return 2
@@ -196,7 +222,9 @@ def main():
     if any(x["error"] is not None or not x["equal_after"] for x in ctrl):
         print("ERROR: control (no wrappers) full save/load round trip failed; cannot judge")
         return 2
-    bad = [c for c in CASES[1:] if any(rr[c]["error"] is not None or not rr[c]["equal_after"] for rr in results)]
+    bad = [
+        c for c in CASES[1:] if any(rr[c]["error"] is not None or not rr[c]["equal_after"] for rr in results)
+    ]
     if bad:
         msgs = "; ".join(f"{c}: {results[0][c]['error'] or 'loaded weights differ from saved'}" for c in bad)
         print(
