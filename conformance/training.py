@@ -19,7 +19,7 @@ from conformance.models import has_idle_parameters, model_class
 from conformance.optim.registry import optimizer_of
 from conformance.precision.registry import precision_of
 from conformance.world import RankContext
-from conformance.world.attribution import code_under_test
+from conformance.world.attribution import CheckVerdict, code_under_test
 
 TRAIN_STEPS = 3
 
@@ -50,6 +50,11 @@ def build_optimizer(
     optim = spec.make(groups)
     scheduler = spec.scheduler.make(optim) if spec.scheduler else None
     return optim, scheduler
+
+
+class PrecisionNotInEffect(CheckVerdict):
+    """The cell's precision did not take effect (a wrapper dropped the gradients' dtype): the cell
+    would test nothing of it. A verdict on the configuration, never a pass."""
 
 
 def train(
@@ -96,6 +101,9 @@ def train(
                 with precision.forward(ctx.device):
                     loss = cls.loss(model(x), y)  # type: ignore[attr-defined]
                 (loss if scaler is None else scaler.scale(loss)).backward()
+        missing = precision.not_in_effect(model) if step == start_step else None
+        if missing:
+            raise PrecisionNotInEffect(missing)
         # the optimizer steps on the wrapper's parameters and on what a load put into it: a
         # step that raises on a loaded state (a param group that lost its "lr") is the cell's
         with code_under_test("the optimizer step on the wrapped model's (or loaded) state"):

@@ -8,6 +8,12 @@
 - drops_scaler: saves and loads the model, optimizer and scheduler, but not the GradScaler's
   state, as a checkpoint written before loss scaling came in does (the round trip and the
   resume of an fp16 cell must catch it: the scale and growth tracker stay a fresh scaler's);
+- drops_grad_dtype: wraps the plain module by re-creating its parameters, as a wrapper that
+  replaces them does, so a grad_dtype set before wrapping is lost and the gradients stay fp32 (the
+  training's guard must make the bf16_grads cell the configuration's error, never a pass);
+- keeps_state_dtypes (a control, not broken): the built-in strategy, then every loaded optimizer
+  state tensor cast back to the dtype it was saved in, the workaround for
+  optim-load-casts-grad-dtype-state (its bf16_grads round trip must pass);
 - stale_buffers: saves every buffer as the model was built (a counter back at 0), as a save that
   rebuilds the model state from its config does (the hygiene check, which compares the persistent
   buffers of the plain model it loads into, must catch it on mlp_int_buffer).
@@ -111,3 +117,37 @@ class StaleBuffers(Delegating):
 
 def stale_buffers(case: Case) -> Strategy:
     return StaleBuffers(builtin_strategy(case))  # type: ignore[return-value]
+
+
+class DropsGradDtype(Delegating):
+    def wrap(self, model: torch.nn.Module, ctx: RankContext) -> torch.nn.Module:
+        model = self.base.wrap(model, ctx)
+        for module in model.modules():
+            for name, param in list(module.named_parameters(recurse=False)):
+                setattr(module, name, torch.nn.Parameter(param.detach().clone()))
+        return model
+
+
+def drops_grad_dtype(case: Case) -> Strategy:
+    return DropsGradDtype(builtin_strategy(case))  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class KeepsStateDtypes(ComposedStrategy):
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        loaded = self.storage.load(path, ctx, lambda: self.load_template(state))
+        self.api.set(state.model, state.optim, loaded)
+        for key, holder in state.stateful.items():
+            holder.load_state_dict(loaded[key])
+        params = [p for group in state.optim.param_groups for p in group["params"]]
+        for index, saved in loaded["optim"]["state"].items():
+            entry = state.optim.state[params[index]]
+            for key, value in saved.items():
+                if isinstance(value, torch.Tensor) and isinstance(entry.get(key), torch.Tensor):
+                    entry[key] = entry[key].to(value.dtype)
+
+
+def keeps_state_dtypes(case: Case) -> Strategy:
+    built = builtin_strategy(case)
+    assert isinstance(built, ComposedStrategy)
+    return KeepsStateDtypes(built.wrapper, built.api, built.storage)

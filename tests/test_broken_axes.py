@@ -95,3 +95,30 @@ def test_a_full_checkpoint_with_stale_buffers_fails_hygiene(pool: WorldPool) -> 
     result = run_case(pool, case, backend="gloo", timeout_s=120, strategy_factory=broken_axes.stale_buffers)
     assert result.outcome is Outcome.FAIL, result.detail
     assert "buffer/steps" in result.detail, result.detail
+
+
+GRADS_SGD = Case("plain", "none", "sd_full", "torch_save", "sgd", "mlp", 1, "bf16_grads")
+
+
+def test_a_wrapper_that_drops_grad_dtype_makes_the_cell_an_error_never_a_pass(pool: WorldPool) -> None:
+    result = run_case(
+        pool, GRADS_SGD, backend="gloo", timeout_s=120, strategy_factory=broken_axes.drops_grad_dtype
+    )
+    assert result.outcome is Outcome.ERROR, result.detail
+    assert "grad_dtype not in effect" in result.detail, result.detail
+
+
+def test_optimizer_state_in_the_gradient_dtype_round_trips_when_the_load_keeps_its_dtype(
+    pool: WorldPool,
+) -> None:
+    """The built-in strategy fails there (optim-load-casts-grad-dtype-state: torch's load casts
+    the bf16 momentum to fp32); casting it back after the load passes: the check compares what was
+    saved, nothing stricter."""
+    builtin = run_case(pool, GRADS_SGD, backend="gloo", timeout_s=120, strategy_factory=builtin_strategy)
+    assert builtin.outcome is Outcome.FAIL and "momentum_buffer: dtype differs" in builtin.detail, (
+        builtin.detail
+    )
+    kept = run_case(
+        pool, GRADS_SGD, backend="gloo", timeout_s=120, strategy_factory=broken_axes.keeps_state_dtypes
+    )
+    assert kept.outcome is Outcome.PASS, kept.detail

@@ -36,7 +36,7 @@ from conformance.layout.builtin import builtin_strategy
 from conformance.observed import Observed
 from conformance.optim.registry import optimizer_names, optimizer_product
 from conformance.outcome import Outcome
-from conformance.precision.registry import other_precisions
+from conformance.precision.registry import grad_precisions, other_precisions
 from conformance.strategy.under_test import strategy_under_test
 from conformance.training import TRAIN_STEPS, train_state, train_steps
 from conformance.world import RankContext
@@ -157,6 +157,16 @@ RESUME_PRECISION_SLICE = dataclasses.replace(
     apis=("dsd_sharded", "sd_full", "sd_sharded"),
     precisions=other_precisions,
 )
+# bf16 gradients of fp32 parameters (no wrapper keeps grad_dtype but none): the optimizer state
+# built from them must carry on in their dtype
+RESUME_GRAD_DTYPE_SLICE = dataclasses.replace(
+    RESUME_SLICE,
+    name="resume, bf16 gradients",
+    wrappers=(("plain", "none"),),
+    apis=None,
+    optimizers=optimizer_names,
+    precisions=grad_precisions,
+)
 # a frozen layer in the optimizer and a never-stepped one: what a resume must carry, at 2 ranks
 RESUME_IDLE_SLICE = dataclasses.replace(
     RESUME_SLICE, apis=("dsd_sharded", "sd_full"), models=("frozen_idle",)
@@ -185,6 +195,7 @@ CHECK = Check(
                 (RESUME_SLICE, (2,)),
                 (RESUME_OPTIMIZER_SLICE, (2,)),
                 (RESUME_PRECISION_SLICE, (2,)),
+                (RESUME_GRAD_DTYPE_SLICE, (1,)),
                 (RESUME_IDLE_SLICE, (2,)),
                 (RESUME_LAYOUT_SLICE, (2,)),
                 (RESUME_PP_FSDP_SLICE, (4,)),
@@ -193,6 +204,7 @@ CHECK = Check(
                 (RESUME_SLICE, (1, 2, 4)),
                 (RESUME_PRODUCT_SLICE, (2,)),
                 (RESUME_PRECISION_SLICE, (2,)),
+                (RESUME_GRAD_DTYPE_SLICE, (1,)),
                 (RESUME_IDLE_SLICE, (1, 2, 4)),
                 (RESUME_LAYOUT_SLICE, (2, 4)),
                 (RESUME_PP_FSDP_SLICE, (4,)),

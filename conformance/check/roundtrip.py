@@ -33,6 +33,7 @@ from conformance.check.roundtrip_cells import (
     FEATURES,
     FLAT_WRAPPERS_AND_APIS,
     GATE_OPTIMIZER_SLICE,
+    GRAD_DTYPE_SLICE,
     HSDP_TP_SLICE,
     HSDP_WRAPPERS_AND_APIS,
     LAYOUT_CI_SLICE,
@@ -267,6 +268,7 @@ CHECK = Check(
                 (DEFAULT_MODEL_SLICE, (2,)),
                 (MOE_SLICE, (4,)),  # the recipe is at 4 ranks; 2 ranks are in full
                 (DEFAULT_PRECISION_SLICE, (2,)),
+                (GRAD_DTYPE_SLICE, (1,)),
                 (LAYOUT_SLICE, (2,)),
                 (TP_SLICE, (4,)),  # every (dp, tp) mesh of 4 ranks
                 (EP_SLICE, (2, 4)),
@@ -288,6 +290,7 @@ CHECK = Check(
                 (OPTIMIZER_PRODUCT_SLICE, (2,)),  # each option at 1 and 4 ranks: OPTIMIZER_SLICE
                 (PRECISION_OPTIMIZER_SLICE, (2,)),
                 (PRECISION_MODEL_SLICE, (2,)),
+                (GRAD_DTYPE_SLICE, (1,)),
                 (LAYOUT_MODELS_SLICE, (2,)),
                 (HSDP_TP_SLICE, (8,)),
                 (TP_PROPERTY_SLICE, (2, 4)),

@@ -24,12 +24,14 @@ from conformance.check.slices import (
 from conformance.models import carries
 from conformance.optim.registry import DEFAULT_OPTIMIZER, gate_optimizers, optimizer_names, optimizer_product
 from conformance.precision.registry import (
+    grad_precisions,
     is_default,
     mixed,
     mixed_precisions,
     other_precisions,
     precision_of,
     scales_loss,
+    sets_grad_dtype,
 )
 
 FLAT_WRAPPERS_AND_APIS = Slice("every 1-D wrapper x API x storage", ONE_D_WRAPPERS)
@@ -83,6 +85,14 @@ PRECISION_OPTIMIZER_SLICE = dataclasses.replace(
     optimizers=optimizer_names,
 )
 PRECISION_MODEL_SLICE = dataclasses.replace(PRECISION_SLICE, name="precisions x models", models=MODELS)
+# fp32 parameters with bf16 gradients (Tensor.grad_dtype), where a parameter keeps it (no wrapper:
+# conformance.layout's keeps_grad_dtype), with every optimizer that steps them
+GRAD_DTYPE_SLICE = Slice(
+    "bf16 gradients of fp32 parameters",
+    (("plain", "none"),),
+    optimizers=optimizer_names,
+    precisions=grad_precisions,
+)
 # ci: loss scaling (a GradScaler's state in the checkpoint, tests/broken_axes.drops_scaler) and a
 # model in bf16, through the gate's plainest formats
 PRECISION_CI_SLICE = Slice(
@@ -190,6 +200,11 @@ FEATURES: tuple[Feature, ...] = (
         "pure bf16",
         "the model itself in bf16: parameters, buffers and optimizer state",
         lambda a: not precision_of(a["precision"]).keeps_fp32,
+    ),
+    Feature(
+        "bf16 grads",
+        "fp32 parameters with bf16 gradients (Tensor.grad_dtype): the optimizer state built from them",
+        lambda a: sets_grad_dtype(a["precision"]),
     ),
     # the parallel layouts, a column each (docs/layouts.md): a family's row says how it fares
     # under each

@@ -61,6 +61,8 @@ class Layout:
     flat_shards: bool = False  # each rank's parameters are a shard of a flat parameter (FSDP1)
     property_reshards: bool = True  # a resharding property of this layout says something
     needs_accelerator: str = ""  # why it cannot run on the CPU ("" : it can)
+    # the parameters keep a `grad_dtype` set before wrapping (no wrapper replaces or buckets them)
+    keeps_grad_dtype: bool = False
     refusals: tuple[Refusal, ...] = ()
     # transfers saved in this layout whose load must raise by design (matched on Transfer.axes())
     load_refusals: tuple[Refusal, ...] = ()

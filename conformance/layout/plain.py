@@ -14,6 +14,7 @@ LAYOUTS = (
         apis=STATE_APIS["plain"],
         replicated=True,
         sanity_checked=False,
+        keeps_grad_dtype=True,
         refusals=(KEYED_BY_INDEX,),
         load_refusals=(KEYED_BY_INDEX_CONVERTED,),
     ),

@@ -15,8 +15,8 @@ from conformance.check.slices import (
 )
 from conformance.layout.registry import layout_of
 from conformance.models import MODELS, RESHAPED
-from conformance.optim.registry import steps_with_closure
-from conformance.precision.registry import scales_loss
+from conformance.optim.registry import refuses_low_precision_grads, steps_with_closure
+from conformance.precision.registry import scales_loss, sets_grad_dtype
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.registry import RegisteredStrategy
 from conformance.strategy.storage import STORAGES as STORAGE_OBJECTS
@@ -104,6 +104,12 @@ UNSUPPORTED: tuple[Rule, ...] = (
         "if GradScaler is enabled'): an optimizer that re-evaluates the loss (LBFGS) cannot scale it",
     ),
     Rule(
+        {"precision": sets_grad_dtype, "optimizer": refuses_low_precision_grads},
+        "the optimizer cannot step fp32 parameters with bf16 gradients (Adam's family, and RMSprop with "
+        "centered=True as the matrix configures it, raise 'expected dtype float for `end` but got dtype "
+        "c10::BFloat16': a lerp of the fp32 state towards the gradient)",
+    ),
+    Rule(
         {"model": EXPERT_MODELS, "world_size": 1},
         "expert parallelism needs at least 2 ranks: one rank holds every expert",
     ),
@@ -115,9 +121,20 @@ UNSUPPORTED: tuple[Rule, ...] = (
 )
 
 
+# What every layout whose wrapper replaces or buckets the parameters refuses (Layout.keeps_grad_dtype).
+DROPS_GRAD_DTYPE = (
+    {"precision": sets_grad_dtype},
+    "the wrapper does not keep a parameter's grad_dtype: DDP's reducer raises 'Expected Float, got "
+    "BFloat16' on the first backward, FSDP1 flattens the parameters and FSDP2 re-creates them, both "
+    "without it (their gradients stay fp32); the wrappers' own setting for low-precision gradients is "
+    "their mixed precision's reduce dtype",
+)
+
+
 def layout_rules(case: Case) -> tuple[Rule, ...]:
     """What the cell's layout refuses by design (conformance.layout: a registered layout's too)."""
-    return _own_rules(case, layout_of(case).refusals)
+    layout = layout_of(case)
+    return _own_rules(case, layout.refusals + (() if layout.keeps_grad_dtype else (DROPS_GRAD_DTYPE,)))
 
 
 def _own_rules(case: Case, refusals: Any) -> tuple[Rule, ...]:

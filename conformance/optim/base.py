@@ -23,7 +23,8 @@ class Optimizer:
     an implementation's flag (foreach=True, fused=True) as a keyword where the cell asks for one.
     impls: the implementations the CPU build has besides the default. takes_groups: False where the
     optimizer refuses per-parameter options (LBFGS). closure: its step re-evaluates the loss
-    (`step(closure)`). unavailable: why this torch lacks it (None: it has it). description: what it
+    (`step(closure)`). low_precision_grads: it steps fp32 parameters whose gradients are of a lower
+    precision (Tensor.grad_dtype). unavailable: why this torch lacks it (None: it has it). description: what it
     brings that the other values do not (its state's shapes, scalars)."""
 
     name: str
@@ -32,6 +33,7 @@ class Optimizer:
     impls: tuple[str, ...] = ()
     takes_groups: bool = True
     closure: bool = False
+    low_precision_grads: bool = True
     unavailable: Callable[[], str | None] = field(default=available, compare=False)
 
 

@@ -44,18 +44,43 @@ OPTIMIZERS: tuple[Optimizer, ...] = (
         impls=FUSED,
     ),
     Optimizer(
-        "adam", _torch("Adam", lr=1e-2), "two moments shaped like the parameter and a 0-dim step", impls=FUSED
+        "adam",
+        _torch("Adam", lr=1e-2),
+        "two moments shaped like the parameter and a 0-dim step",
+        impls=FUSED,
+        low_precision_grads=False,
     ),
-    Optimizer("adamw", _adamw, "Adam's state, decoupled weight decay", impls=FUSED),
-    Optimizer("nadam", _torch("NAdam", lr=1e-2), "Adam's moments and a 0-dim mu_product", impls=FOREACH),
-    Optimizer("radam", _torch("RAdam", lr=1e-2), "Adam's moments, rectified", impls=FOREACH),
-    Optimizer("adamax", _torch("Adamax", lr=1e-2), "exp_avg and the infinity norm exp_inf", impls=FOREACH),
+    Optimizer(
+        "adamw", _adamw, "Adam's state, decoupled weight decay", impls=FUSED, low_precision_grads=False
+    ),
+    Optimizer(
+        "nadam",
+        _torch("NAdam", lr=1e-2),
+        "Adam's moments and a 0-dim mu_product",
+        impls=FOREACH,
+        low_precision_grads=False,
+    ),
+    Optimizer(
+        "radam",
+        _torch("RAdam", lr=1e-2),
+        "Adam's moments, rectified",
+        impls=FOREACH,
+        low_precision_grads=False,
+    ),
+    Optimizer(
+        "adamax",
+        _torch("Adamax", lr=1e-2),
+        "exp_avg and the infinity norm exp_inf",
+        impls=FOREACH,
+        low_precision_grads=False,
+    ),
     Optimizer("adagrad", _torch("Adagrad", lr=1e-2), "a sum of squares from the first step", impls=FUSED),
     Optimizer(
         "rmsprop",
         _torch("RMSprop", lr=1e-3, momentum=0.9, centered=True),
         "square_avg, momentum_buffer and grad_avg (centered)",
         impls=FOREACH,
+        low_precision_grads=False,
     ),
     Optimizer("adadelta", _torch("Adadelta", lr=1.0), "square_avg and acc_delta", impls=FOREACH),
     Optimizer(

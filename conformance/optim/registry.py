@@ -114,3 +114,11 @@ def steps_with_closure(name: str) -> bool:
     """Whether the optimizer word's optimizer steps with a closure (LBFGS: a rule's predicate,
     GradScaler.step takes no closure)."""
     return optimizer_of(name).closure
+
+
+def refuses_low_precision_grads(name: str) -> bool:
+    """Whether the optimizer word's optimizer cannot step fp32 parameters with lower-precision
+    gradients (Adam's family, and RMSprop with centered=True as the matrix configures it: "expected
+    dtype float for `end` but got dtype c10::BFloat16", a lerp of the fp32 state towards the
+    gradient; a rule's predicate)."""
+    return not optimizer_of(name).optimizer.low_precision_grads

@@ -32,7 +32,9 @@ class Precision:
     arguments of the GradScaler that scales the loss (None: none); its state_dict() is saved and
     loaded with the checkpoint, under "scaler". params: the dtype the model's floating parameters
     and buffers are cast to before it is wrapped (None: fp32 kept), and the batches with them.
-    unavailable: why this torch lacks what it needs (None: it has it). description: what it casts.
+    grads: the dtype the autograd engine gives the parameters' gradients (`Tensor.grad_dtype`, set
+    on every floating parameter before the model is wrapped; None: the parameter's own); an
+    optimizer then builds the state it derives from the gradient in that dtype. unavailable: why this torch lacks what it needs (None: it has it). description: what it casts.
     A wrapper without a mixed-precision setting (DDP) refuses a value that has one."""
 
     name: str
@@ -41,6 +43,7 @@ class Precision:
     autocast: torch.dtype | None = None
     loss_scale: ScalerArgs | None = None
     params: torch.dtype | None = None
+    grads: torch.dtype | None = None
     description: str = ""
     unavailable: Callable[[], str | None] = field(default=available, compare=False)
 
@@ -55,8 +58,29 @@ class Precision:
         return self.params is None
 
     def prepare(self, model: nn.Module) -> nn.Module:
-        """The model this precision trains: cast to `params` (before the strategy wraps it)."""
-        return model if self.params is None else model.to(self.params)
+        """The model this precision trains: cast to `params`, its gradients' dtype set to `grads`
+        (before the strategy wraps it)."""
+        model = model if self.params is None else model.to(self.params)
+        if self.grads is not None:
+            for param in model.parameters():
+                if param.is_floating_point():
+                    param.grad_dtype = self.grads
+        return model
+
+    def not_in_effect(self, model: nn.Module) -> str | None:
+        """After a backward: why the gradients are not what this precision promises (a wrapper
+        that dropped `grad_dtype`), or None. A cell trained so would test nothing of it."""
+        if self.grads is None:
+            return None
+        wrong = [
+            (n, p.grad.dtype)
+            for n, p in model.named_parameters()
+            if p.grad is not None and p.grad.dtype != self.grads
+        ]
+        if not wrong:
+            return None
+        name, dtype = wrong[0]
+        return f"precision {self.name}: {name}'s gradient is {dtype}, not {self.grads} (grad_dtype not in effect)"
 
     def batch(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """A batch for the prepared model: floating tensors cast to `params` (token ids kept)."""

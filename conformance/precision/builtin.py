@@ -31,12 +31,13 @@ def _no_cpu_fp16_autocast() -> str | None:
     return None
 
 
-# Left out: fp32 parameters with bf16 gradients (Tensor.grad_dtype, torch 2.13 has it). The
-# autograd engine then hands the optimizer bf16 gradients for fp32 parameters, and Adam, AdamW and
-# NAdam (single-tensor and foreach) cannot step them on torch 2.13's CPU: "expected dtype float for
-# `end` but got dtype c10::BFloat16" (lerp_ of the fp32 moment towards the bf16 gradient). AdamW is
-# every slice's optimizer, so its cells would fail before any checkpoint (SGD with momentum,
-# Adagrad and RMSprop step them: a value for those alone is left for later).
+def _no_grad_dtype() -> str | None:
+    """Why this torch cannot set a parameter's gradient dtype (Tensor.grad_dtype), or None."""
+    if not hasattr(torch.nn.Parameter(torch.zeros(1)), "grad_dtype"):
+        return f"torch {torch.__version__} has no Tensor.grad_dtype (fp32 parameters with bf16 gradients)"
+    return None
+
+
 PRECISIONS: tuple[Precision, ...] = (
     Precision("fp32", description="no mixed precision: every tensor fp32"),
     Precision(
@@ -74,6 +75,17 @@ PRECISIONS: tuple[Precision, ...] = (
         fsdp2=(("param_dtype", torch.float16), ("reduce_dtype", torch.float32)),
         loss_scale=LOSS_SCALE,
         description="the wrapper computes in fp16 over fp32 parameters, with ShardedGradScaler",
+    ),
+    # fp32 parameters with bf16 gradients: the optimizers that step them build state from the
+    # gradient in bf16 (SGD's momentum, Rprop's step sizes, Adafactor's factors); Adam's family and
+    # RMSprop cannot step them (optim/builtin.py), and the wrappers drop or refuse grad_dtype
+    # (layout.keeps_grad_dtype)
+    Precision(
+        "bf16_grads",
+        grads=torch.bfloat16,
+        description="fp32 parameters with bf16 gradients (Tensor.grad_dtype): state an optimizer builds "
+        "from the gradient is bf16",
+        unavailable=_no_grad_dtype,
     ),
     Precision(
         "bf16_pure",

@@ -51,3 +51,13 @@ def scales_loss(name: str) -> bool:
 def unavailable(name: str) -> str | None:
     """Why this torch cannot run the precision named (the runner's skip), or None."""
     return precision_of(name).unavailable()
+
+
+def sets_grad_dtype(name: str) -> bool:
+    """Whether the precision named sets the gradients' dtype (a rule's predicate)."""
+    return precision_of(name).grads is not None
+
+
+def grad_precisions() -> tuple[str, ...]:
+    """Every registered precision that sets the gradients' dtype, sorted (their slice's values)."""
+    return tuple(sorted(n for n in PRECISIONS if sets_grad_dtype(n)))
