@@ -59,3 +59,6 @@ def test_each_flaw_is_caught_by_its_scenario(pool: WorldPool, flaw: str) -> None
     result = run_case(pool, _cell(broken, scenario), backend="gloo", timeout_s=120, registered=broken)
     assert result.outcome is Outcome.FAIL, result.detail
     assert phrase in result.detail, result.detail
+    assert result.observed, (
+        "a failing lifecycle cell records each difference (what findings and the gate read)"
+    )

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from conformance.case import Case
 from conformance.check.base import CaseCells, Check, Feature, Under
-from conformance.check.compare import compare_states
+from conformance.check.compare import compare_states, first_of_each_kind
 from conformance.check.hygiene import hygiene_problems
 from conformance.check.phases import PhaseError, Phases
 from conformance.check.roundtrip import (
@@ -46,7 +46,7 @@ from conformance.check.snapshot import Snapshot, local_buffers
 from conformance.check.transfer import canonical_of
 from conformance.layout.builtin import builtin_strategy
 from conformance.models import build_model
-from conformance.observed import verdict
+from conformance.observed import Observed, verdict
 from conformance.outcome import Outcome
 from conformance.strategy.under_test import strategy_under_test
 from conformance.training import train_state
@@ -178,35 +178,43 @@ def _seeded_view(expected: Snapshot, before: Snapshot) -> Snapshot:
 
 def resume_verdict(
     scenario: Scenario, expected: dict[int, Snapshot], resumed: dict[str, Any]
-) -> tuple[Outcome, str]:
+) -> tuple[Outcome, str, list[Observed]]:
+    """The restart's outcome, its detail, and every difference as a record (a failing cell's
+    records are what a finding explains, one by one, and what the gate compares)."""
     before, after, loaded = resumed["before"], resumed["after"], resumed["loaded"]
     if not scenario.loads:
-        changed = [str(d) for d in compare_states(before, after)]
+        changed = compare_states(before, after)
         if loaded or changed:
             said = "says it resumed" if loaded else "says it loaded nothing"
-            return (
-                Outcome.FAIL,
-                f"{said} from a folder with no checkpoint, and {len(changed)} values changed:\n"
-                + "\n".join(limit_lines(changed)),
-            )
-        return Outcome.PASS, "loaded nothing and said so: the fresh state is untouched, bitwise"
+            problem = f"{said} from a folder with no checkpoint, and {len(changed)} values changed"
+            records = [verdict("problem", problem)] + [
+                d.observed("restarted state") for d in first_of_each_kind(changed)
+            ]
+            return Outcome.FAIL, problem + ":\n" + "\n".join(limit_lines([str(d) for d in changed])), records
+        return Outcome.PASS, "loaded nothing and said so: the fresh state is untouched, bitwise", []
     wanted = {
         s: _seeded_view(expected[s], before) if scenario.seeded else expected[s] for s in scenario.loads
     }
     if not loaded:
-        return Outcome.FAIL, (
-            f"started fresh although step {min(scenario.loads)} had been saved, complete: the run's checkpoints are lost to it"
-        )
+        problem = f"started fresh although step {min(scenario.loads)} had been saved, complete: the run's checkpoints are lost to it"
+        return Outcome.FAIL, problem, [verdict("problem", problem)]
     for step, want in sorted(wanted.items(), reverse=True):
         if not compare_states(want, after):
-            return Outcome.PASS, f"resumed step {step}, bitwise ({len(want)} entries of the canonical state)"
+            return (
+                Outcome.PASS,
+                f"resumed step {step}, bitwise ({len(want)} entries of the canonical state)",
+                [],
+            )
     latest = max(scenario.loads)
-    differences = [str(d) for d in compare_states(wanted[latest], after)]
+    differences = compare_states(wanted[latest], after)
     other = [s for s, snap in expected.items() if s not in scenario.loads and not compare_states(snap, after)]
     which = f"; it is step {other[0]}'s state, which it must not resume" if other else ""
-    return Outcome.FAIL, (
+    records = [d.observed("restarted state") for d in first_of_each_kind(differences)]
+    return (
+        Outcome.FAIL,
         f"resumed, but not step {latest}'s state{which}: {len(differences)} differences:\n"
-        + "\n".join(limit_lines(differences))
+        + "\n".join(limit_lines([str(d) for d in differences])),
+        records,
     )
 
 
@@ -240,6 +248,7 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
         except PhaseError as exc:
             return exc.outcome, exc.detail
         problems += found
+        phases.observed += [verdict("hygiene", p) for p in found]
         outcome = (Outcome.FAIL, f"{len(problems)} problems:\n" + "\n".join(problems)) if problems else None
         return outcome or (
             Outcome.PASS,
@@ -258,7 +267,8 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
         if scenario.may_refuse and exc.raised_by(RESUME_CALL) and not problems:
             return Outcome.PASS, f"the resume refused, as it may:\n{exc.detail}"
         return exc.outcome, exc.detail
-    outcome, detail = resume_verdict(scenario, expected, resumed)
+    outcome, detail, records = resume_verdict(scenario, expected, resumed)
+    phases.observed += records
     if problems:
         phases.observed += [verdict("problem", p) for p in problems]
         return Outcome.FAIL, f"{len(problems)} problems with the folder after the run:\n" + "\n".join(

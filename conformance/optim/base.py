@@ -24,8 +24,8 @@ class Optimizer:
     impls: the implementations the CPU build has besides the default. takes_groups: False where the
     optimizer refuses per-parameter options (LBFGS). closure: its step re-evaluates the loss
     (`step(closure)`). low_precision_grads: it steps fp32 parameters whose gradients are of a lower
-    precision (Tensor.grad_dtype). unavailable: why this torch lacks it (None: it has it). description: what it
-    brings that the other values do not (its state's shapes, scalars)."""
+    precision (Tensor.grad_dtype). unavailable: why this torch lacks it (None: it has it).
+    description: what it brings that the other values do not (its state's shapes, scalars)."""
 
     name: str
     make: Make

@@ -34,7 +34,8 @@ class Precision:
     and buffers are cast to before it is wrapped (None: fp32 kept), and the batches with them.
     grads: the dtype the autograd engine gives the parameters' gradients (`Tensor.grad_dtype`, set
     on every floating parameter before the model is wrapped; None: the parameter's own); an
-    optimizer then builds the state it derives from the gradient in that dtype. unavailable: why this torch lacks what it needs (None: it has it). description: what it casts.
+    optimizer then builds the state it derives from the gradient in that dtype. unavailable: why
+    this torch lacks what it needs (None: it has it). description: what it casts.
     A wrapper without a mixed-precision setting (DDP) refuses a value that has one."""
 
     name: str
@@ -72,14 +73,17 @@ class Precision:
         that dropped `grad_dtype`), or None. A cell trained so would test nothing of it."""
         if self.grads is None:
             return None
-        wrong = [
-            (n, p.grad.dtype)
-            for n, p in model.named_parameters()
-            if p.grad is not None and p.grad.dtype != self.grads
-        ]
-        if not wrong:
+        wrong = next(
+            (
+                (n, p.grad.dtype)
+                for n, p in model.named_parameters()
+                if p.grad is not None and p.grad.dtype != self.grads
+            ),
+            None,
+        )
+        if wrong is None:
             return None
-        name, dtype = wrong[0]
+        name, dtype = wrong
         return f"precision {self.name}: {name}'s gradient is {dtype}, not {self.grads} (grad_dtype not in effect)"
 
     def batch(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
