@@ -59,6 +59,18 @@ class BumpsTheMaster(DeepSpeedZero):
 
 
 @dataclass(frozen=True)
+class RestartsTheLossScale(DeepSpeedZero):
+    """fp16: a load after which DeepSpeed's dynamic loss scaler starts over (its initial scale, its
+    growth window from step 0), as if the checkpoint had not carried it: the weights and the
+    optimizer state are right, the next steps scale the loss otherwise."""
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        super().load(state, path, ctx)
+        scaler = state.engine.optimizer.loss_scaler  # type: ignore[union-attr]
+        scaler.cur_scale, scaler.cur_iter = 2.0 ** self.config()["fp16"]["initial_scale_power"], 0
+
+
+@dataclass(frozen=True)
 class Zero3KeepsParametersWhole(DeepSpeedZero):
     """ZeRO-3 with its default stage3_param_persistence_threshold: every parameter of a tiny
     model stays whole on every rank, so the cell would not test partitioned parameters."""
@@ -97,3 +109,7 @@ def bumps_the_master(case: Case) -> DeepSpeedZero:
 
 def zero3_keeps_parameters_whole(case: Case) -> DeepSpeedZero:
     return Zero3KeepsParametersWhole(case)
+
+
+def restarts_the_loss_scale(case: Case) -> DeepSpeedZero:
+    return RestartsTheLossScale(case)

@@ -23,8 +23,8 @@ needs_deepspeed = pytest.mark.skipif(
 )
 
 
-def roundtrip(stage: str, optimizer: str = "adamw+sched") -> str:
-    return f"deepspeed-deepspeed_{stage}-sharded-deepspeed-{optimizer}-mlp-w2"
+def roundtrip(stage: str, optimizer: str = "adamw+sched", precision: str = "") -> str:
+    return f"deepspeed-deepspeed_{stage}-sharded-deepspeed-{optimizer}-mlp-{precision + '-' if precision else ''}w2"
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +50,8 @@ def test_every_stage_round_trips(pool: WorldPool, stage: str) -> None:
 
 CAUGHT = [
     ("zero2", broken_deepspeed.loads_module_only, "optim/"),
+    ("zero2+fp16_mp", broken_deepspeed.restarts_the_loss_scale, "scaler/cur_scale"),
+    ("zero3+fp16_mp", broken_deepspeed.restarts_the_loss_scale, "scaler/cur_iter"),
     ("zero2", broken_deepspeed.loads_module_only, "scheduler/"),
     ("zero1", broken_deepspeed.bumps_a_moment, "exp_avg"),
     ("zero3", broken_deepspeed.bumps_a_moment, "exp_avg"),
@@ -66,10 +68,10 @@ CAUGHT = [
 def test_the_check_catches_a_broken_variant(
     pool: WorldPool, stage: str, factory: Callable[[Case], object], needle: str
 ) -> None:
+    stage, _, precision = stage.partition("+")
+    cell_id = roundtrip(stage, "adamw", precision) if precision else roundtrip(stage)
     broken = dataclasses.replace(ZERO, factory=factory)
-    result = run_case(
-        pool, cell("roundtrip", roundtrip(stage)), backend="gloo", timeout_s=180, registered=broken
-    )
+    result = run_case(pool, cell("roundtrip", cell_id), backend="gloo", timeout_s=180, registered=broken)
     assert result.outcome is Outcome.FAIL, result.detail
     seen = [f"{r.scope}: {r.key}: {r.message}" for r in result.records]
     assert any(needle in line for line in seen), seen

@@ -38,6 +38,7 @@ are skips that say so.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +47,14 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from conformance.adapters.deepspeed_view import ZeroView
+from conformance.adapters.deepspeed_view import LossScalerView, ZeroView
 from conformance.case import Case, Transfer
 from conformance.models import model_class
 from conformance.precision.registry import precision_of
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.strategy.storage.own import OwnFormat
+from conformance.training import PrecisionNotInEffect
 from conformance.world import RankContext
 
 DIST = "deepspeed"
@@ -124,13 +126,32 @@ class DeepSpeedZero:
     def _precision(self) -> dict[str, Any]:
         """The cell's precision as DeepSpeed configures it: a model in bf16 is its "bf16" mode
         (bf16 parameters and gradients, fp32 master weights and optimizer state in the ZeRO
-        partitions); fp32 needs nothing."""
-        dtype = precision_of(self.case.precision).params
-        if dtype is None:
+        partitions); a precision that computes in fp16 over fp32 parameters with a loss scaler
+        is its "fp16" mode (the module in fp16, fp32 masters, its dynamic loss scaler set as the
+        precision's GradScaler: the initial scale, grown after as many overflow-free steps, cut
+        at the first overflow; the inputs cast to fp16, `auto_cast`); fp32 needs nothing."""
+        precision = precision_of(self.case.precision)
+        if precision.params is None and precision.loss_scale is None and not precision.mixed:
             return {}
-        if dtype != torch.bfloat16:
-            raise ValueError(f"DeepSpeed's adapter has no configuration for parameters in {dtype}")
-        return {"bf16": {"enabled": True}}
+        if precision.params == torch.bfloat16 and precision.loss_scale is None:
+            return {"bf16": {"enabled": True}}
+        scaler = dict(precision.loss_scale or ())
+        if precision.params is None and precision.computes_in == torch.float16 and scaler:
+            return {
+                "fp16": {
+                    "enabled": True,
+                    "auto_cast": True,
+                    "loss_scale": 0,  # dynamic
+                    "initial_scale_power": int(math.log2(scaler.get("init_scale", 2.0**16))),
+                    "loss_scale_window": int(scaler.get("growth_interval", 2000)),
+                    "hysteresis": 1,
+                    "min_loss_scale": 1,
+                }
+            }
+        raise ValueError(f"DeepSpeed's adapter has no configuration for precision {precision.name}")
+
+    def _fp16(self) -> bool:
+        return "fp16" in self._precision()
 
     def own_training(self, state: TrainState, ctx: RankContext) -> TrainState:
         _use_cpu_accelerator(ctx)
@@ -141,8 +162,14 @@ class DeepSpeedZero:
         engine, optimizer, _, scheduler = deepspeed.initialize(
             model=state.model, optimizer=state.optim, lr_scheduler=state.scheduler, config=self.config()
         )
+        if self._fp16():
+            dtypes = {p.dtype for p in engine.module.parameters() if p.is_floating_point()}
+            if dtypes != {torch.float16}:
+                raise PrecisionNotInEffect(f"DeepSpeed's fp16 mode left the module's parameters in {dtypes}")
         view = ZeroView(engine, state.model, groups)
-        return TrainState(state.model, optimizer, scheduler, holders=(view,), engine=engine)
+        # fp16: DeepSpeed's own loss scaler, which its checkpoint carries, in the GradScaler's place
+        scaler = LossScalerView(engine) if self._fp16() else None
+        return TrainState(state.model, optimizer, scheduler, holders=(view,), engine=engine, scaler=scaler)
 
     def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         state.engine.save_checkpoint(str(path))  # type: ignore[union-attr]
@@ -282,15 +309,16 @@ ZERO = RegisteredStrategy(
         checks=("corrupt", "lifecycle", "resume", "roundtrip"),
         optimizers=("adam", "adamw", "adamw+groups", "adamw+sched", "sgd"),
         # each model feature alone (tied, buffers and a frozen layer, an idle parameter, a 0-dim
-        # parameter, an int buffer); the model in bf16 (DeepSpeed's bf16 mode)
+        # parameter, an int buffer); the model in bf16 (DeepSpeed's bf16 mode), fp16 compute over
+        # fp32 masters with a loss scaler (its fp16 mode)
         models=("bn_frozen", "frozen_idle", "mlp", "mlp_int_buffer", "mlp_scalar_param", "tied_transformer"),
-        precisions=("bf16_pure", "fp32"),
+        precisions=("bf16_pure", "fp16_mp", "fp32"),
         variants=(("lifecycle", ("empty_folder", "interrupted")),),
     ),
     storage=STORAGE,
     requires=(DIST,),
     description="DeepSpeed's engine (deepspeed.initialize with the cell's optimizer and scheduler, ZeRO "
-    "stage 1, 2 or 3, fp32 or its bf16 mode): save_checkpoint and load_checkpoint into a fresh engine, as its guide calls them",
+    "stage 1, 2 or 3, fp32, its bf16 mode or its fp16 mode with its loss scaler): save_checkpoint and load_checkpoint into a fresh engine, as its guide calls them",
     skips_on=skips_on,
 )
 

@@ -111,3 +111,21 @@ class ZeroView:
             {**{k: v for k, v in group.items() if k != "params"}, "params": params}
             for params, group in zip(self.groups, self._base.param_groups, strict=True)
         ]
+
+
+# the dynamic loss scaler's state a restart must carry on from: the scale, the step count its
+# growth window counts from, the last overflow's step and the hysteresis left
+SCALER_STATE = ("cur_scale", "cur_iter", "last_overflow_iter", "cur_hysteresis")
+
+
+@dataclass
+class LossScalerView:
+    """DeepSpeed's fp16 loss scaler (its ZeRO optimizer's `loss_scaler`, which save_checkpoint
+    pickles into the optimizer states and load_checkpoint puts back), read as a GradScaler's
+    state_dict() is: the harness compares it under "scaler/" as it compares a GradScaler's."""
+
+    engine: Any
+
+    def state_dict(self) -> dict[str, Any]:
+        scaler = self.engine.optimizer.loss_scaler
+        return {key: getattr(scaler, key) for key in SCALER_STATE}

@@ -54,6 +54,13 @@ class Precision:
         return self.fsdp1 is not None or self.fsdp2 is not None
 
     @property
+    def computes_in(self) -> torch.dtype:
+        """The dtype the forward computes in: the model's own (`params`), autocast's, or the one a
+        wrapper casts the parameters to (its mixed-precision setting's param_dtype), else fp32."""
+        wrapper = dict(self.fsdp2 or self.fsdp1 or ()).get("param_dtype")
+        return self.params or self.autocast or wrapper or torch.float32
+
+    @property
     def keeps_fp32(self) -> bool:
         """Whether the model's own parameters, and so a checkpoint's weights, stay fp32."""
         return self.params is None
