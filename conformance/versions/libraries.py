@@ -35,6 +35,7 @@ class Library:
 # with torch 2.13 and 2.15)
 LIBRARY_PACKAGES: dict[str, Library] = {
     "torch-checkpointing": Library("torch_checkpointing==0.1.1", (2, 11)),
+    "transformers": Library("transformers==5.24.0", (2, 9)),  # it takes torch >= 2.6
     "tyro": Library("tyro>=0.9", (2, 13)),
     "torchtitan": Library("torchtitan==0.3.0", (2, 13), no_deps=True),
     "spmd-types": Library("spmd_types==0.2.3", (2, 13), no_deps=True),  # torchtitan 0.3.0 pins it
