@@ -29,6 +29,7 @@ API_KINDS: dict[str, str] = {
     "dsd_full": "full",
     "dsd_full_offload": "full",  # cpu_offload=True
     "dsd_full_bcast": "full",  # cpu_offload=True, broadcast_from_rank0 on load
+    "dsd_full_bcast_all": "full",  # the same, every rank passing the state it loaded
     "dsd_sharded": "sharded",
     "dsd_sharded_offload": "sharded",
     # flatten_optimizer_state_dict=True: param groups keyed by parameter name (pipeline stages)

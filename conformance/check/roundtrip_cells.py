@@ -119,7 +119,7 @@ LAYOUT_STORAGES = ("dcp", "hf_safetensors", "torch_save", "torch_save_per_rank")
 LAYOUT_SLICE = Slice(
     "parallel layouts",
     LAYOUT_WRAPPERS,
-    ("dsd_full", "dsd_full_bcast", "dsd_full_flat", "dsd_sharded", "dsd_sharded_flat"),
+    ("dsd_full", "dsd_full_bcast", "dsd_full_bcast_all", "dsd_full_flat", "dsd_sharded", "dsd_sharded_flat"),
     storages=LAYOUT_STORAGES,
     models=("llama", "mlp_scalar"),
 )

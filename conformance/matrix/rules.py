@@ -54,6 +54,7 @@ _ONE_FILE = (
 )
 RANK0_ONLY_APIS = (
     "dsd_full_bcast",
+    "dsd_full_bcast_all",
     "dsd_full_offload",
     "legacy_full_rank0_init",
     "legacy_full_scatter",
@@ -89,7 +90,7 @@ UNSUPPORTED: tuple[Rule, ...] = (
         "that empty template does is the template check's fresh_optimizer cells",
     ),
     Rule(
-        {"storage": IN_PLACE_STORAGES, "api": ("dsd_full_bcast", "dsd_full_offload")},
+        {"storage": IN_PLACE_STORAGES, "api": ("dsd_full_bcast", "dsd_full_bcast_all", "dsd_full_offload")},
         "get_state_dict with full_state_dict and cpu_offload gives the state to rank 0 only (as documented): "
         "a DCP directory saved collectively from it would lack what the other ranks never had",
     ),

@@ -16,6 +16,9 @@ DSD_APIS: dict[str, StateApi] = {
     "dsd_full": DistributedStateDict(full_state_dict=True),
     "dsd_full_offload": DistributedStateDict(full_state_dict=True, cpu_offload=True),
     "dsd_full_bcast": DistributedStateDict(full_state_dict=True, cpu_offload=True, broadcast_from_rank0=True),
+    "dsd_full_bcast_all": DistributedStateDict(
+        full_state_dict=True, cpu_offload=True, broadcast_from_rank0=True, every_rank=True
+    ),
     "dsd_sharded": DistributedStateDict(full_state_dict=False),
     "dsd_sharded_offload": DistributedStateDict(full_state_dict=False, cpu_offload=True),
 }

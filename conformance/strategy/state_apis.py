@@ -110,7 +110,11 @@ class Fsdp1StateDict(KnowsTheModel):
 class DistributedStateDict(KnowsTheModel):
     """torch.distributed.checkpoint.state_dict: get_state_dict / set_state_dict.
 
-    broadcast_from_rank0: on load only rank 0 passes the state; set_state_dict broadcasts it.
+    broadcast_from_rank0: on load set_model_state_dict / set_optimizer_state_dict broadcast rank
+    0's state; only rank 0 passes it (others {}, the recipe of upstream's own broadcast test), or
+    with every_rank each rank passes the state it loaded: StateDictOptions' documentation asks
+    rank 0 for the full state and says nothing of what the other ranks pass, and upstream's
+    test_setting_meta_device_model_broadcasting_and_memory passes it on every rank.
     """
 
     full_state_dict: bool
@@ -119,6 +123,7 @@ class DistributedStateDict(KnowsTheModel):
     # param groups keyed by parameter name ("param_groups.<fqn>.lr"), as torchtitan asks for
     # its pipeline stages; only set when True (older torch lacks the option)
     flatten_optimizer_state_dict: bool = False
+    every_rank: bool = False
 
     def _options(self, *, loading: bool = False):  # type: ignore[no-untyped-def]
         from torch.distributed.checkpoint.state_dict import StateDictOptions
@@ -142,12 +147,12 @@ class DistributedStateDict(KnowsTheModel):
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
         if self.broadcast_from_rank0:
-            # The documented recipe: only rank 0 holds the state, the others pass {}. It goes
+            # Only rank 0 passes the state, the others {} (or, every_rank, each its own). It goes
             # through the per-part functions: set_state_dict itself treats an empty model
             # state dict as "optimizer only" and skips the broadcast rank 0 enters (a hang).
             from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
-            rank0 = dist.get_rank() == 0
+            rank0 = self.every_rank or dist.get_rank() == 0
             set_model_state_dict(model, state["model"] if rank0 else {}, options=self._options(loading=True))
             set_optimizer_state_dict(
                 model,

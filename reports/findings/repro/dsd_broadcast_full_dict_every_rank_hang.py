@@ -1,5 +1,6 @@
-"""set_model_state_dict(broadcast_from_rank0=True) raises on rank 1 only when a compiled submodule meets
-a full state dict on every rank; rank 0 returns and then waits forever in its next collective.
+"""set_model_state_dict(broadcast_from_rank0=True) raises on rank 1 only when a model whose parameter names
+carry a wrapper prefix (a block compiled by torch.compile: "_orig_mod."; DDP: "module.") meets a full state
+dict on every rank; rank 0 returns and then waits forever in its next collective.
 
 Bug: FSDP2 (fully_shard) model, one block wrapped by torch.compile before fully_shard, so its parameter
 names carry `_orig_mod.` ("2._orig_mod.weight"); get_model_state_dict strips that prefix ("2.weight").
@@ -25,8 +26,8 @@ peer" on rank 0 (--on-error exit).
 The docstring of StateDictOptions.broadcast_from_rank0 says only that "rank0 should receive a full
 state_dict and will broadcast the tensors ... Other ranks will receive the tensors and shard according
 to the local shards in the model"; it does not say what the other ranks must pass. Without torch.compile
-the same full-dict-on-every-rank call works (the keys need no renaming), and with {} on the non-zero
-ranks (the usual recipe) it works with and without torch.compile.
+and DDP the same full-dict-on-every-rank call works (the keys need no renaming); DDP's "module." prefix
+fails as compile's does; with {} on the non-zero ranks (the usual recipe) every variant works.
 
 Variants (every one: 2 gloo CPU ranks, fully_shard per block + root, the full state dict taken with
 get_model_state_dict(full_state_dict=True, cpu_offload=True) -- which returns {} on rank 1, so rank 0's
@@ -36,8 +37,10 @@ local shards with the saved values and enters a dist.barrier(); with --next opti
 set_optimizer_state_dict(model, optim, full optimizer state on rank 0 / {} on rank 1, same options), the
 collective a model+optimizer load enters next):
     compiled_full_every_rank   the reported case (decides the exit code)
+    ddp_full_every_rank        DDP instead of FSDP2 (names "module.fc..."), full dict on every rank: the same
+    ddp_empty_nonzero          DDP, {} on rank 1
     plain_full_every_rank      no torch.compile, full dict on every rank
-    compiled_empty_nonzero     torch.compile, {} on rank 1 (documented usage)
+    compiled_empty_nonzero     torch.compile, {} on rank 1 (the usual recipe, upstream's broadcast test's)
     plain_empty_nonzero        no torch.compile, {} on rank 1 (control)
 
 Correct behaviour: every rank returns from set_model_state_dict, its shards equal the saved values, and
@@ -45,6 +48,7 @@ every rank passes the barrier.
 
 Seen on: torch 2.13.0+cpu and 2.15.0 (gloo, CPU, 2 ranks).
 Run: python reports/findings/repro/dsd_broadcast_full_dict_every_rank_hang.py [--variant NAME|all]
+     (by default the reported case and the control; `--variant all` runs the table above)
      [--timeout S] [--on-error stay|exit] [--next barrier|optim]
 Exit 1 + "BUG PRESENT:" when the reported variant shows the bug (a rank raises, a rank does not finish,
 or a loaded value differs), 0 + "FIXED:" when every rank completes with the saved values, 2 only when the
@@ -64,8 +68,10 @@ import time
 from pathlib import Path
 
 WORLD = 2
-VARIANTS = {  # name: (compile a block, full dict on every rank)
+VARIANTS = {  # name: (compile a block, full dict on every rank); "ddp_": DDP instead of FSDP2
     "compiled_full_every_rank": (True, True),
+    "ddp_full_every_rank": (False, True),
+    "ddp_empty_nonzero": (False, False),
     "plain_full_every_rank": (False, True),
     "compiled_empty_nonzero": (True, False),
     "plain_empty_nonzero": (False, False),
@@ -128,9 +134,13 @@ def worker(variant, rank, out_dir, on_error, next_op):  # one rank; reports thro
         model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
         if compiled:  # nothing is run through it, so nothing is actually compiled
             model[2] = torch.compile(model[2], backend="eager")
-        fully_shard(model[0])
-        fully_shard(model[2])
-        fully_shard(model)
+        ddp = variant.startswith("ddp_")
+        if ddp:  # DDP: its parameter names carry the "module." prefix, as compile's carry "_orig_mod."
+            model = nn.parallel.DistributedDataParallel(model)
+        else:
+            fully_shard(model[0])
+            fully_shard(model[2])
+            fully_shard(model)
         names = [n for n, _ in model.named_parameters()]
         save_opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         if next_op == "optim":  # an optimizer with state, loaded after the model the documented way
@@ -147,7 +157,7 @@ def worker(variant, rank, out_dir, on_error, next_op):  # one rank; reports thro
         to_load = {k: v.clone() for k, v in box[0].items()} if (rank == 0 or full_every_rank) else {}
         with torch.no_grad():  # forget the values, so the load has something to restore
             for p in model.parameters():
-                p.to_local().zero_()
+                (p if ddp else p.to_local()).zero_()
         report(
             "loading",
             param_names=names,
@@ -180,9 +190,12 @@ def worker(variant, rank, out_dir, on_error, next_op):  # one rank; reports thro
     mismatched = []
     with torch.no_grad():
         for name, p in model.named_parameters():
-            key = name.replace("_orig_mod.", "")
-            expected = torch.chunk(reference[key], WORLD, dim=0)[rank]  # FSDP2's Shard(0) rows
-            if not torch.equal(p.to_local().cpu(), expected):
+            key = name.replace("_orig_mod.", "").removeprefix("module.")
+            if ddp:  # every rank holds the whole tensor
+                expected, local = reference[key], p
+            else:
+                expected, local = torch.chunk(reference[key], WORLD, dim=0)[rank], p.to_local()  # Shard(0) rows
+            if not torch.equal(local.cpu(), expected):
                 mismatched.append(name)
     report("verified", mismatched=mismatched)
     report("in_next_collective")
@@ -322,7 +335,7 @@ def describe(state):
 
 
 def main(argv):
-    variant, timeout_s, on_error, next_op = "all", DEFAULT_TIMEOUT_S, "stay", "barrier"
+    variant, timeout_s, on_error, next_op = "", DEFAULT_TIMEOUT_S, "stay", "barrier"
     args = list(argv)
     while args:  # no argparse: a usage error must not exit 2
         a = args.pop(0)
@@ -336,7 +349,8 @@ def main(argv):
             next_op = args.pop(0)
         else:
             print(f"ignoring unknown argument {a!r}")
-    names = list(VARIANTS) if variant == "all" else [variant]
+    # by default the reported case and the control (what the exit code rests on); --variant all: the table
+    names = [MAIN, CONTROL] if not variant else list(VARIANTS) if variant == "all" else [variant]
     if any(n not in VARIANTS for n in names):
         print(f"unknown variant {variant!r}; choose from {list(VARIANTS)} or all")
         return 2
