@@ -147,6 +147,37 @@ class TinyLlama(nn.Module):
             self.output = None
 
     @classmethod
+    def pipeline_units(cls) -> int:
+        """The pieces an interleaved schedule stages one by one: the embeddings, each block, and
+        the norm with the head."""
+        return cls.n_layers + 2
+
+    def keep_units(self, units: tuple[int, ...]) -> None:
+        """Drop every module of the other units (pipeline_units); names stay the full model's."""
+        blocks = {str(u - 1) for u in units if 1 <= u <= self.n_layers}
+        for name in [n for n in self.layers if n not in blocks]:
+            del self.layers[name]
+        if 0 not in units:
+            self.tok_embeddings = None
+        if self.n_layers + 1 not in units:
+            self.norm = None
+            self.output = None
+
+    def unit_view(self, unit: int) -> TinyLlama:
+        """One unit of this model as a module of its own that shares this model's modules (so its
+        parameters are this model's): the module of an interleaved schedule's stage."""
+        view = TinyLlama.__new__(TinyLlama)
+        nn.Module.__init__(view)
+        last = unit == self.n_layers + 1
+        view.tok_embeddings = self.tok_embeddings if unit == 0 else None
+        view.layers = nn.ModuleDict(
+            {str(unit - 1): self.layers[str(unit - 1)]} if 0 < unit <= self.n_layers else {}
+        )
+        view.norm = self.norm if last else None
+        view.output = self.output if last else None
+        return view
+
+    @classmethod
     def batch(cls, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = torch.randint(0, cls.vocab, (BATCH, cls.seq), generator=gen)
         return tokens, torch.randint(0, cls.vocab, (BATCH, cls.seq), generator=gen)

@@ -53,6 +53,29 @@ class DropsLastStage(Delegating):
             )  # type: ignore[attr-defined]
 
 
+class SavesFirstPartOnly(Delegating):
+    """Several stages per rank (interleaved): a saver that writes the model state of the rank's
+    first model part only (`pipeline_parts[0]`), and a load that takes what is there (strict=False):
+    every rank's later stages keep their fresh weights, silently."""
+
+    def save(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        out: dict[str, Any] = self.base._state_dict(state)  # type: ignore[attr-defined]
+        first = set(state.model.pipeline_parts[0].state_dict())
+        out["model"] = {k: v for k, v in out["model"].items() if k in first}
+        self.base.storage.save(out, path, ctx)  # type: ignore[attr-defined]
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        import dataclasses
+
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+        base = self.base
+        loaded = base.storage.load(path, ctx, lambda: base._state_dict(state))  # type: ignore[attr-defined]
+        options = base.api._options(loading=True)  # type: ignore[attr-defined]
+        set_model_state_dict(state.model, loaded["model"], options=dataclasses.replace(options, strict=False))
+        set_optimizer_state_dict(state.model, state.optim, loaded["optim"], options=options)
+
+
 def _full(value: Any) -> Any:
     return value.full_tensor() if hasattr(value, "full_tensor") else value
 
@@ -81,4 +104,5 @@ def _make(cls: type[Delegating], name: str):  # type: ignore[no-untyped-def]
 tp_replicates = _make(TpReplicates, "tp_replicates")
 tp_ignored = _make(TpIgnored, "tp_ignored")
 drops_last_stage = _make(DropsLastStage, "drops_last_stage")
+saves_first_part_only = _make(SavesFirstPartOnly, "saves_first_part_only")
 leaks_wrapper_prefix = _make(LeaksWrapperPrefix, "leaks_wrapper_prefix")

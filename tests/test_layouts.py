@@ -23,6 +23,7 @@ TP = Case("tp", "tp", "dsd_sharded", "dcp", "adamw", "llama", 2)
 EP = Case("fsdp2", "ep", "dsd_sharded", "dcp", "adamw", "moe_dtensor", 2, mesh="1x2")
 PP = Case("pp", "stages", "dsd_sharded_flat", "torch_save_per_rank", "adamw", "llama", 2)
 PP_FSDP = Case("pp", "fsdp", "dsd_sharded_flat", "dcp", "adamw", "llama", 4, mesh="2x2")
+PP_INTERLEAVED = Case("pp", "interleaved", "dsd_sharded_flat", "torch_save_per_rank", "adamw", "llama", 2)
 AC_FULL = Case("fsdp2+ac", "shard", "dsd_full", "torch_save", "sgd", "llama", 2)
 COMPILED_FULL = Case("fsdp2+compile", "shard", "dsd_full", "torch_save", "sgd", "llama", 2)
 PP_TO_ONE = Transfer(
@@ -49,6 +50,7 @@ CONTROLS = [
     TP,
     PP,
     PP_FSDP,
+    PP_INTERLEAVED,
     dataclasses.replace(AC_FULL, check="hygiene"),
     dataclasses.replace(COMPILED_FULL, check="hygiene"),
     PP_TO_ONE,
@@ -87,6 +89,11 @@ BROKEN: list[tuple[Callable[[Case], object], Case, list[str]]] = [
         broken_layouts.drops_last_stage,
         dataclasses.replace(PP_FSDP, storage="torch_save_per_rank"),  # DCP refuses half a DTensor
         ["full state: param/layers.1.", "values differ", "rank 3 local state: param/"],
+    ),
+    (  # two stages per rank: rank 0's second (layers.1), rank 1's second (norm, output) not saved
+        broken_layouts.saves_first_part_only,
+        PP_INTERLEAVED,
+        ["full state: param/layers.1.", "values differ", "param/output.weight"],
     ),
     (
         broken_layouts.leaks_wrapper_prefix,

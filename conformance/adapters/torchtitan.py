@@ -54,7 +54,20 @@ from conformance.strategy.storage.own import OwnFormat
 from conformance.world import RankContext
 
 DIST = "torchtitan"
-LAYOUTS: tuple[tuple[str, str], ...] = (("fsdp2", "shard"), ("tp", "tp"), ("fsdp2", "tp"))
+LAYOUTS: tuple[tuple[str, str], ...] = (
+    ("fsdp2", "shard"),
+    ("tp", "tp"),
+    ("fsdp2", "tp"),
+    ("pp", "interleaved"),
+)
+
+
+def model_parts(model: nn.Module) -> list[nn.Module]:
+    """The trainer's model_parts: a pipeline's stages on this rank (several under an interleaved
+    schedule, the wrapper's `pipeline_parts`), else the model."""
+    return list(getattr(model, "pipeline_parts", None) or [model])
+
+
 # the optimizers torchtitan's OptimizersContainer builds (its factories: Adam, AdamW, DistMuon)
 FACTORY_NAMES: dict[type, str] = {torch.optim.AdamW: "AdamW", torch.optim.Adam: "Adam"}
 HYPERPARAMETERS = ("lr", "betas", "eps", "weight_decay", "amsgrad")
@@ -118,7 +131,7 @@ class Torchtitan:
         config = OptimizersContainer.Config(
             param_groups=param_group_configs(state.model, state.optim), implementation=implementation
         )
-        optimizers = config.build(model_parts=[state.model])
+        optimizers = config.build(model_parts=model_parts(state.model))  # one optimizer per part
         schedulers = LRSchedulersContainer.Config(warmup_steps=WARMUP_STEPS).build(
             optimizers=optimizers, training_steps=TOTAL_STEPS
         )
@@ -133,7 +146,7 @@ class Torchtitan:
     def manager(self, state: TrainState, path: Path, train_state: TrainStep) -> Any:
         return self.config().build(
             dataloader=None,
-            model_parts=[state.model],
+            model_parts=model_parts(state.model),
             optimizers=state.optim,
             lr_schedulers=state.scheduler,
             states={"train_state": train_state},
@@ -216,7 +229,7 @@ class TitanRun:
         self.train_step = TrainStep(0)
         self.manager = config.build(
             dataloader=None,
-            model_parts=[state.model],
+            model_parts=model_parts(state.model),
             optimizers=state.optim,
             lr_schedulers=state.scheduler,
             states={"train_state": self.train_step},

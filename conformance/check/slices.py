@@ -34,6 +34,7 @@ LAYOUT_WRAPPERS: tuple[tuple[str, str], ...] = (
     *PREFIXING_WRAPPERS,
     ("fsdp2+offload", "shard"),
     ("pp", "stages"),
+    ("pp", "interleaved"),
 )
 HSDP_TP_WRAPPERS: tuple[tuple[str, str], ...] = (("fsdp2", "hsdp_tp"),)
 # Pipeline stages with FSDP2 inside each, on a (stages, dp) mesh of 4 ranks.

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from conformance.case import Case
 from conformance.layout.base import Layout, case_mesh, models_without
 from conformance.strategy.builtin import STATE_APIS
-from conformance.strategy.pipeline import PipelineFsdpWrapper, PipelineWrapper
+from conformance.strategy.pipeline import InterleavedWrapper, PipelineFsdpWrapper, PipelineWrapper
 from conformance.strategy.storage import STORAGES
 
 MAX_STAGES = 2  # the blocks of conformance.lm.TinyLlama
@@ -51,6 +51,16 @@ class StagesOverFsdp(Layout):
         return case_mesh(case)[-1]
 
 
+@dataclass(frozen=True)
+class InterleavedStages(Stages):
+    """Several stages per rank (interleaved 1F1B): rank r holds stages r, r + W, ... of the
+    model's pipeline units; every rank trains on the same batches."""
+
+
+INTERLEAVED_RANKS = (
+    2  # the llama's 4 units (embeddings, 2 blocks, norm and head): 2 stages on each of 2 ranks
+)
+
 LAYOUTS = (
     Stages(
         "pp",
@@ -76,6 +86,25 @@ LAYOUTS = (
             (
                 {"world_size": (1, 3, 5, 7)},
                 f"{MAX_STAGES} pipeline stages, each sharded over the same number of ranks: an even world",
+            ),
+            ONE_FILE,
+        ),
+    ),
+    InterleavedStages(
+        "pp",
+        "interleaved",
+        build=lambda case: InterleavedWrapper(),
+        apis=STATE_APIS["pp"],
+        refusals=(
+            (
+                {"model": models_without("pipeline_units")},
+                "the model declares no pipeline units (pipeline_units): which modules form a stage is the "
+                "model's choice",
+            ),
+            (
+                {"world_size": tuple(n for n in range(1, 9) if n != INTERLEAVED_RANKS)},
+                "the llama's 4 pipeline units (embeddings, 2 blocks, norm and head) are 2 stages on each of "
+                f"{INTERLEAVED_RANKS} ranks",
             ),
             ONE_FILE,
         ),

@@ -40,12 +40,13 @@ class PipelineStep:
     ) -> None:
         from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
-        self.stage_index, self.stages, self.group = stage, stages, group
+        self.indices, self.stages, self.group = (stage,), stages, group
         self.stage = PipelineStage(module, stage, stages, ctx.device, group=group)
         self.schedule = ScheduleGPipe(self.stage, n_microbatches=MICROBATCHES, loss_fn=loss)
+        self.last_rank = stages - 1 if group is None else dist.get_global_rank(group, stages - 1)
 
     def __call__(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        first, last = self.stage_index == 0, self.stage_index == self.stages - 1
+        first, last = 0 in self.indices, self.stages - 1 in self.indices
         losses: list[torch.Tensor] = []
         kwargs: dict[str, object] = {"target": target, "losses": losses} if last else {}
         if first:
@@ -54,9 +55,29 @@ class PipelineStep:
             self.schedule.step(**kwargs)
         mean = torch.stack(losses).mean().detach() if last else torch.zeros((), device=x.device)
         if self.stages > 1:
-            src = self.stages - 1 if self.group is None else dist.get_global_rank(self.group, self.stages - 1)
-            dist.broadcast(mean, src=src, group=self.group)
+            dist.broadcast(mean, src=self.last_rank, group=self.group)
         return mean
+
+
+class InterleavedStep(PipelineStep):
+    """Several stages per rank, run by ScheduleInterleaved1F1B (its documented use: a list of the
+    rank's PipelineStages, stage i on rank i % world size, as torchtitan assigns them)."""
+
+    def __init__(
+        self,
+        parts: list[nn.Module],
+        indices: tuple[int, ...],
+        ctx: RankContext,
+        loss: Callable[..., torch.Tensor],
+    ) -> None:
+        from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
+
+        self.indices, self.stages, self.group = indices, len(indices) * ctx.world_size, None
+        stages = [
+            PipelineStage(part, i, self.stages, ctx.device) for part, i in zip(parts, indices, strict=True)
+        ]
+        self.schedule = ScheduleInterleaved1F1B(stages, n_microbatches=MICROBATCHES, loss_fn=loss)
+        self.last_rank = (self.stages - 1) % ctx.world_size
 
 
 def _split(model: nn.Module, stage: int, stages: int) -> None:
@@ -74,6 +95,32 @@ class PipelineWrapper:
         _split(model, ctx.rank, ctx.world_size)
         model = model.to(ctx.device)
         model.pipeline_step = PipelineStep(model, ctx, type(model).loss, ctx.rank, ctx.world_size)  # type: ignore[attr-defined]
+        return model
+
+
+@dataclass(frozen=True)
+class InterleavedWrapper:
+    """Several stages per rank (interleaved 1F1B): the model's pipeline units (`keep_units`,
+    `unit_view`) as stages, stage i on rank i % world size. The rank's module keeps its units'
+    modules under the full model's names (its state dict, what a checkpoint holds); each stage
+    runs a view of one unit that shares them; `pipeline_parts` are those views (a framework's
+    model parts, one optimizer each)."""
+
+    def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
+        units = getattr(model, "pipeline_units", None)
+        if units is None:
+            raise ValueError(f"{type(model).__name__} declares no pipeline units (pipeline_units)")
+        total = units()
+        if total % ctx.world_size or total // ctx.world_size < 2:
+            raise ValueError(
+                f"{total} pipeline units cannot be two or more stages on each of {ctx.world_size} ranks"
+            )
+        indices = tuple(range(ctx.rank, total, ctx.world_size))
+        model.keep_units(indices)  # type: ignore[operator]
+        model = model.to(ctx.device)
+        parts = [model.unit_view(i) for i in indices]  # type: ignore[operator]
+        model.pipeline_parts = parts  # type: ignore[attr-defined]
+        model.pipeline_step = InterleavedStep(parts, indices, ctx, type(model).loss)  # type: ignore[attr-defined]
         return model
 
 
