@@ -115,7 +115,7 @@ class GeneratedMLP(nn.Module):
 
     @staticmethod
     def loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return nn.functional.mse_loss(out.float(), target)
+        return nn.functional.mse_loss(out.float(), target.float())
 
     @classmethod
     def tp_plan(cls) -> dict[str, Any]:

@@ -37,7 +37,7 @@ class UnevenMLP(nn.Module):
 
     @staticmethod
     def loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return nn.functional.mse_loss(out.float(), target)
+        return nn.functional.mse_loss(out.float(), target.float())
 
     @staticmethod
     def tp_plan() -> dict[str, object]:

@@ -67,4 +67,4 @@ class DTensorExpertsMoE(nn.Module):
 
     @staticmethod
     def loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return nn.functional.mse_loss(out.float(), target)
+        return nn.functional.mse_loss(out.float(), target.float())
