@@ -14,22 +14,17 @@ k - 1 cheaper cells. The bound is loose on purpose: a cell that shares still loa
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 from collections import defaultdict
 from pathlib import Path
 
+from conformance.outcome import CellResult, Outcome
+from conformance.report.results import read_results
+
 # checks that train and save a configuration before loading it (a transfer: on its saving side)
 SAVING = ("roundtrip", "hygiene", "corrupt", "template", "reshard", "interop")
-NOT_RUN = ("skip", "unsupported")
+NOT_RUN = (Outcome.SKIP, Outcome.UNSUPPORTED)
 # axes that say how a cell loads or checks, not what it trains and saves
 LOADING = ("check", "variant", "backend", "direction", "storage_change", "load_world_size", "load_config")
-
-
-def load(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        return json.load(f)["cells"]
 
 
 def saved_configuration(axes: dict) -> tuple:
@@ -38,16 +33,16 @@ def saved_configuration(axes: dict) -> tuple:
     )
 
 
-def bound(cells: list[dict]) -> dict[str, float]:
-    run = [c for c in cells if c["outcome"] not in NOT_RUN]
+def bound(cells: list[CellResult]) -> dict[str, float]:
+    run = [c for c in cells if c.outcome not in NOT_RUN]
     groups: dict[tuple, list[float]] = defaultdict(list)
     for c in run:
-        if c["axes"]["check"] in SAVING:
-            groups[saved_configuration(c["axes"])].append(c["duration_s"])
+        if c.axes["check"] in SAVING:
+            groups[saved_configuration(c.axes)].append(c.duration_s)
     shared = [sorted(d) for d in groups.values() if len(d) > 1]
     return {
         "run cells": len(run),
-        "run cell-seconds": sum(c["duration_s"] for c in run),
+        "run cell-seconds": sum(c.duration_s for c in run),
         "saving cells": sum(len(d) for d in groups.values()),
         "configurations they save": len(groups),
         "configurations saved by more than one cell": len(shared),
@@ -65,7 +60,7 @@ def main() -> None:
     parser.add_argument("results", nargs="+", type=Path)
     for path in parser.parse_args().results:
         print(path)
-        for name, value in bound(load(path)).items():
+        for name, value in bound(read_results(path)[1]).items():
             print(f"  {name}: {value:.0f}" if isinstance(value, float) else f"  {name}: {value}")
 
 

@@ -137,14 +137,9 @@ class TinyLlama(nn.Module):
         if not 1 <= stages <= self.max_stages():
             raise ValueError(f"{stages} pipeline stages: the model has {self.max_stages()} blocks")
         per = self.n_layers // stages
-        keep = {str(i) for i in range(stage * per, (stage + 1) * per)}
-        for name in [n for n in self.layers if n not in keep]:
-            del self.layers[name]
-        if stage > 0:
-            self.tok_embeddings = None
-        if stage < stages - 1:
-            self.norm = None
-            self.output = None
+        blocks = tuple(1 + i for i in range(stage * per, (stage + 1) * per))  # unit i + 1 is block i
+        first, last = (0,) if stage == 0 else (), (self.n_layers + 1,) if stage == stages - 1 else ()
+        self.keep_units(first + blocks + last)
 
     @classmethod
     def pipeline_units(cls) -> int:
@@ -166,7 +161,7 @@ class TinyLlama(nn.Module):
     def unit_view(self, unit: int) -> TinyLlama:
         """One unit of this model as a module of its own that shares this model's modules (so its
         parameters are this model's): the module of an interleaved schedule's stage."""
-        view = TinyLlama.__new__(TinyLlama)
+        view = type(self).__new__(type(self))
         nn.Module.__init__(view)
         last = unit == self.n_layers + 1
         view.tok_embeddings = self.tok_embeddings if unit == 0 else None

@@ -162,13 +162,14 @@ class DeepSpeedZero:
         engine, optimizer, _, scheduler = deepspeed.initialize(
             model=state.model, optimizer=state.optim, lr_scheduler=state.scheduler, config=self.config()
         )
-        if self._fp16():
+        fp16 = self._fp16()
+        if fp16:
             dtypes = {p.dtype for p in engine.module.parameters() if p.is_floating_point()}
             if dtypes != {torch.float16}:
                 raise PrecisionNotInEffect(f"DeepSpeed's fp16 mode left the module's parameters in {dtypes}")
         view = ZeroView(engine, state.model, groups)
         # fp16: DeepSpeed's own loss scaler, which its checkpoint carries, in the GradScaler's place
-        scaler = LossScalerView(engine) if self._fp16() else None
+        scaler = LossScalerView(engine) if fp16 else None
         return TrainState(state.model, optimizer, scheduler, holders=(view,), engine=engine, scaler=scaler)
 
     def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
