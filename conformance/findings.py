@@ -68,6 +68,9 @@ class Finding:
     # a bug across versions: its script runs `save DIR` under the first torch, `load DIR` under
     # the second (each version's venv: python -m conformance publish --torch V --install-only)
     repro_pair: tuple[str, ...] = ()
+    # a bug of older torch only, fixed in the suite's own: its script runs under this version's
+    # venv (python -m conformance publish --torch V --install-only), where it exits 1
+    repro_torch: str = ""
     # Which of a cell's records (conformance.observed) it explains: a regular expression on the
     # key path (re.search) and the kinds it explains; with either, `detail` is a condition on
     # the cell's whole detail, without, it selects the records whose line it matches (see

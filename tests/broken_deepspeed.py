@@ -71,6 +71,18 @@ class RestartsTheLossScale(DeepSpeedZero):
 
 
 @dataclass(frozen=True)
+class LeavesFp16Unconfigured(DeepSpeedZero):
+    """fp16: an adapter whose DeepSpeed config lacks the "fp16" section the precision asks for, so
+    the engine trains the module in fp32 with no loss scaler: a cell of it would say nothing of
+    fp16 or its scaler (the adapter must say the precision is not in effect, never pass)."""
+
+    def config(self) -> dict[str, Any]:
+        config = super().config()
+        del config["fp16"]
+        return config
+
+
+@dataclass(frozen=True)
 class Zero3KeepsParametersWhole(DeepSpeedZero):
     """ZeRO-3 with its default stage3_param_persistence_threshold: every parameter of a tiny
     model stays whole on every rank, so the cell would not test partitioned parameters."""
@@ -113,3 +125,7 @@ def zero3_keeps_parameters_whole(case: Case) -> DeepSpeedZero:
 
 def restarts_the_loss_scale(case: Case) -> DeepSpeedZero:
     return RestartsTheLossScale(case)
+
+
+def leaves_fp16_unconfigured(case: Case) -> DeepSpeedZero:
+    return LeavesFp16Unconfigured(case)

@@ -78,6 +78,15 @@ def test_the_check_catches_a_broken_variant(
 
 
 @needs_deepspeed
+def test_fp16_not_in_effect_is_an_error_never_a_pass(pool: WorldPool) -> None:
+    broken = dataclasses.replace(ZERO, factory=broken_deepspeed.leaves_fp16_unconfigured)
+    cell_id = roundtrip("zero2", "adamw", "fp16_mp")
+    result = run_case(pool, cell("roundtrip", cell_id), backend="gloo", timeout_s=180, registered=broken)
+    assert result.outcome is Outcome.ERROR, result.detail
+    assert "fp16 mode left the module's parameters in {torch.float32}" in result.detail, result.detail
+
+
+@needs_deepspeed
 def test_a_universal_load_that_keeps_the_old_layout_is_caught(pool: WorldPool) -> None:
     """The universal row reshards 2 ranks into 4 (DeepSpeed's own test's pair); a load that
     keeps the fresh state when the world size changed fails the reshard check."""

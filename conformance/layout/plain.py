@@ -1,4 +1,6 @@
-"""No wrapper: each rank trains its own whole model alone (the plain module's state dict)."""
+"""No wrapper: each rank trains its own whole model alone, its state taken with the plain module's
+state_dict() or with get/set_state_dict (which take any module: the one layout where a parameter
+keeps its grad_dtype meets them)."""
 
 from __future__ import annotations
 

@@ -43,6 +43,7 @@ def _finding(finding: Finding, cells: list[CellResult]) -> list[str]:
         lines.append(f"- seen on torch {', '.join(finding.torch)}")
     if finding.repro:
         needs = f" (needs {', '.join(finding.frameworks)})" if finding.frameworks else ""
+        needs += f" under torch {finding.repro_torch}" if finding.repro_torch else ""
         lines.append(
             f"- reproduce without this suite: `python {finding.repro}`{needs}; exits 1 while the bug is present"
         )

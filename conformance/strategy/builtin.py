@@ -49,5 +49,5 @@ STATE_APIS: dict[str, dict[str, StateApi]] = {
         "dsd_full_flat": DistributedStateDict(full_state_dict=True, flatten_optimizer_state_dict=True),
         "dsd_sharded_flat": DistributedStateDict(full_state_dict=False, flatten_optimizer_state_dict=True),
     },
-    "plain": {"sd_full": PlainStateDict()},
+    "plain": {"sd_full": PlainStateDict(), **DSD_APIS},  # get/set_state_dict take any module
 }
