@@ -102,6 +102,7 @@ class TiedTransformer(nn.Module):
     """
 
     wrap_units: tuple[type[nn.Module], ...] = (nn.TransformerEncoderLayer,)
+    carries: frozenset[str] = frozenset({"tied weights"})
     vocab, width, seq = 11, 12, 5
 
     def __init__(self) -> None:

@@ -11,9 +11,11 @@ from typing import Any
 
 import torch
 
+from conformance.adapters import tied_names
 from conformance.adapters.torch_checkpointing import TorchCheckpointing
-from conformance.adapters.torchtitan import Torchtitan, TrainStep, live_tensors
+from conformance.adapters.torchtitan import SameNames, Torchtitan, TrainStep, live_tensors
 from conformance.case import Case
+from conformance.models import build_model
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.storage.dcp_async import tensors_in
 from conformance.world import RankContext
@@ -160,3 +162,25 @@ def swallows_load_errors(case: Case) -> TorchCheckpointing:
 
 def titan_swallows_load_errors(case: Case) -> Torchtitan:
     return TitanSwallowsLoadErrors(case)
+
+
+@dataclass(frozen=True)
+class ForgetsTheTie(SameNames):
+    """A state-dict adapter that leaves the tied name out of the Hugging Face export, as it must,
+    and never gives it back when reading one: the export holds the embedding, and the head is
+    whatever its reader initialises."""
+
+    def from_hf(self, hf_state_dict: dict[str, Any]) -> dict[str, Any]:
+        return dict(hf_state_dict)
+
+
+@dataclass(frozen=True)
+class TitanExportsWithoutTheTie(Torchtitan):
+    """torchtitan's last_save_in_hf through an adapter that forgets the tie (ForgetsTheTie)."""
+
+    def sd_adapter(self) -> Any:
+        return ForgetsTheTie(tied_names(build_model(self.case.model, 0)))
+
+
+def titan_exports_without_the_tie(case: Case) -> Torchtitan:
+    return TitanExportsWithoutTheTie(case)

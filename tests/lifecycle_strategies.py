@@ -4,13 +4,16 @@ copies of it, each with one flaw the lifecycle check (conformance.check.lifecycl
 `Folders`: the built-in FSDP2 + DCP strategy saving one folder per step (step-N), keeping the
 latest k (rank 0 deletes the oldest after a save), resuming the newest folder that holds DCP's
 .metadata (its commit), else the seed's model, else nothing; a model-only last save writes the
-model state dict alone. Its flaws (FLAWS):
+model state dict alone (in Hugging Face safetensors under export_hf: DCP's HuggingFaceStorageWriter,
+consolidated, as torchtitan writes it). Its flaws (FLAWS):
 - deletes_latest: the retention deletes the newest folders instead of the oldest;
 - trusts_newest: the resume takes the newest folder and, finding no commit in it, says it
   resumed without loading anything;
 - says_loaded: a resume with no checkpoint says it loaded one;
 - seeds_everything: the seed load restores the optimizer and scheduler too, not the model alone;
 - exports_bf16: the model-only last save casts the model to bf16;
+- skips_unmapped: the Hugging Face export leaves out the tensors its name map lacks (the biases),
+  as a converter that skips what it does not know;
 - purges_early: a save deletes every older folder at once and writes the new one in the
   background (2 s later): a kill while it is in flight leaves no complete checkpoint.
 """
@@ -28,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import HuggingFaceStorageWriter
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
 from conformance.adapters import saved_model_state
@@ -38,7 +42,15 @@ from conformance.strategy.protocol import ComposedStrategy, TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.world import RankContext
 
-FLAWS = ("deletes_latest", "trusts_newest", "says_loaded", "seeds_everything", "exports_bf16", "purges_early")
+FLAWS = (
+    "deletes_latest",
+    "trusts_newest",
+    "says_loaded",
+    "seeds_everything",
+    "exports_bf16",
+    "skips_unmapped",
+    "purges_early",
+)
 
 
 def _steps(path: Path) -> list[int]:
@@ -74,7 +86,15 @@ class FolderRun:
             model = get_model_state_dict(self.state.model)
             if self.flaw == "exports_bf16":
                 model = {k: v.to(torch.bfloat16) for k, v in model.items()}
-            dcp.save({"model": model}, checkpoint_id=self.folder(step))
+            if not self.policy.export_hf:
+                dcp.save({"model": model}, checkpoint_id=self.folder(step))
+                return
+            if self.flaw == "skips_unmapped":
+                model = {k: v for k, v in model.items() if k.endswith("weight")}
+            writer = HuggingFaceStorageWriter(
+                self.folder(step), save_distributed=True, enable_consolidation=True
+            )
+            dcp.save(model, storage_writer=writer)
         elif self.flaw == "purges_early":
             self._delete(_steps(self.path))
             state = self.inner._state_dict(self.state)
@@ -149,8 +169,15 @@ class Folders:
     def commit_files(self, path: Path, step: int) -> list[Path]:
         return [self.step_folder(path, step) / ".metadata"]
 
-    def read_export(self, path: Path, step: int) -> dict[str, Any]:
-        return saved_model_state(self.step_folder(path, step), "model")
+    def read_export(self, path: Path, step: int, policy: Policy) -> dict[str, Any]:
+        if not policy.export_hf:
+            return saved_model_state(self.step_folder(path, step), "model")
+        from safetensors.torch import load_file
+
+        files = sorted(self.step_folder(path, step).glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"no Hugging Face export in {self.step_folder(path, step)}")
+        return {k: v for f in files for k, v in load_file(f).items()}
 
 
 def folders(case: Case) -> Folders:

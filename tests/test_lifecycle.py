@@ -24,6 +24,7 @@ CAUGHT_BY = {
     "says_loaded": ("empty_folder", "says it resumed from a folder with no checkpoint"),
     "seeds_everything": ("seed_load", "resumed, but not step 2's state"),
     "exports_bf16": ("model_only_last", "is saved as torch.bfloat16"),
+    "skips_unmapped": ("hf_last", "bias"),
     "purges_early": ("killed", "started fresh although step 1 had been saved"),
 }
 

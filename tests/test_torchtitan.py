@@ -75,6 +75,24 @@ def test_the_check_catches_a_broken_variant(
     assert needle in result.detail, result.detail
 
 
+def test_the_hugging_face_export_of_a_tied_model_must_give_back_both_names(pool: WorldPool) -> None:
+    """hf_last on the tied transformer (a cell of full): torchtitan's export through an adapter
+    that drops the tied name passes; one whose from_hf forgets it is caught by the strict load."""
+    from conformance.adapters.torchtitan import TORCHTITAN
+
+    case = next(
+        c
+        for c in CHECKS["lifecycle"].strategy_cells("full", TORCHTITAN)
+        if c.model == "tied_transformer" and c.variant == "hf_last" and c.wrapper == "fsdp2"
+    )
+    control = run_case(pool, case, backend="gloo", timeout_s=120, registered=TORCHTITAN)
+    assert control.outcome is Outcome.PASS, control.detail
+    broken = dataclasses.replace(TORCHTITAN, factory=broken_libraries.titan_exports_without_the_tie)
+    result = run_case(pool, case, backend="gloo", timeout_s=120, registered=broken)
+    assert result.outcome is Outcome.FAIL, result.detail
+    assert "head.weight" in result.detail, result.detail
+
+
 def test_a_strategy_that_owns_its_optimizer_must_name_the_holders(pool: WorldPool) -> None:
     from conformance.adapters.torchtitan import TORCHTITAN
 

@@ -17,6 +17,18 @@ from conformance.models import MODELS
 ADAPTER_MODELS: tuple[str, ...] = tuple(sorted(set(MODELS) - {"moe_named"}))
 
 
+def tied_names(model: object) -> dict[str, str]:
+    """{name: the name it is tied to} of a module's parameters that are one tensor under two names."""
+    first: dict[int, str] = {}
+    tied = {}
+    for name, param in model.named_parameters(remove_duplicate=False):  # type: ignore[attr-defined]
+        if id(param) in first:
+            tied[name] = first[id(param)]
+        else:
+            first[id(param)] = name
+    return tied
+
+
 def saved_model_state(path: object, key: str) -> dict:
     """The model state dict a framework's checkpoint holds under `key` ("": the whole of it),
     read in one process as an inference user would: `torch.load(weights_only=True)` of its one

@@ -36,16 +36,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from conformance.adapters import ADAPTER_MODELS, saved_model_state
+from conformance.adapters import ADAPTER_MODELS, saved_model_state, tied_names
 from conformance.case import Case
 from conformance.layout.registry import layout_of
+from conformance.models import build_model
 from conformance.strategy.lifecycle import Policy
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
@@ -189,10 +190,25 @@ class Torchtitan:
         counts a step-N folder as a checkpoint only when it holds it (_find_load_step)."""
         return [self.step_folder(path, step) / ".metadata"]
 
-    def read_export(self, path: Path, step: int) -> dict[str, Any]:
-        """The model-only save is the model's flattened state dict in DCP: DCP's own conversion
+    def sd_adapter(self) -> Any:
+        """The state-dict adapter of last_save_in_hf (each torchtitan model has one)."""
+        return SameNames(tied_names(build_model(self.case.model, 0)))
+
+    def read_export(self, path: Path, step: int, policy: Policy) -> dict[str, Any]:
+        """The model-only save. In Hugging Face's format (export_hf): the safetensors files in
+        the step folder (torchtitan's consolidated export), read with safetensors and turned into
+        the model's names by the adapter's from_hf, as torchtitan reads a Hugging Face
+        checkpoint. Else the model's flattened state dict in DCP, through DCP's own conversion
         to one torch.save file, read back with weights_only=True."""
-        return saved_model_state(self.step_folder(path, step), "")
+        folder = self.step_folder(path, step)
+        if not policy.export_hf:
+            return saved_model_state(folder, "")
+        exported = sorted(folder.glob("*.safetensors"))
+        if not exported:
+            raise FileNotFoundError(f"no Hugging Face export (*.safetensors) in {folder}")
+        from safetensors.torch import load_file
+
+        return self.sd_adapter().from_hf({k: v for f in exported for k, v in load_file(f).items()})
 
     def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         manager = self.manager(state, path, TrainStep(0))
@@ -203,6 +219,34 @@ class Torchtitan:
                 )
         finally:
             manager.close()
+
+
+@dataclass(frozen=True)
+class SameNames:
+    """torchtitan's state-dict adapter (BaseStateDictAdapter: to_hf, from_hf, the HF reader) for
+    a model whose Hugging Face definition names its tensors as it does: these models are their
+    own Hugging Face definition (a real model's adapter renames, e.g. llama's tok_embeddings to
+    model.embed_tokens). Tied weights as torchtitan's own adapters treat them (qwen3's with
+    enable_weight_tying): to_hf leaves the tied name out, from_hf gives it the tensor it is tied
+    to. No fqn_to_index_mapping: one consolidated file, as without an HF assets folder.
+    tied: {name: the name it is tied to}."""
+
+    tied: dict[str, str] = field(default_factory=dict)
+    fqn_to_index_mapping: None = None
+    hf_assets_path: None = None
+
+    def to_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in state_dict.items() if k not in self.tied}
+
+    def from_hf(self, hf_state_dict: dict[str, Any]) -> dict[str, Any]:
+        out = dict(hf_state_dict)
+        out.update({name: out[to] for name, to in self.tied.items() if to in out})
+        return out
+
+    def get_hf_storage_reader(self, path: str, from_quantized: bool = False) -> Any:
+        from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+        return HuggingFaceStorageReader(path)
 
 
 class TitanRun:
@@ -225,6 +269,7 @@ class TitanRun:
             keep_latest_k=policy.keep_latest,
             initial_load_path=policy.seed or None,
             last_save_model_only=policy.model_only_last,
+            last_save_in_hf=policy.export_hf,
         )
         self.train_step = TrainStep(0)
         self.manager = config.build(
@@ -233,7 +278,7 @@ class TitanRun:
             optimizers=state.optim,
             lr_schedulers=state.scheduler,
             states={"train_state": self.train_step},
-            sd_adapter=None,
+            sd_adapter=titan.sd_adapter() if policy.export_hf else None,
             base_folder=str(path),
         )
 
@@ -270,7 +315,14 @@ STORAGE = OwnFormat(
 
 # The lifecycle scenarios (conformance.check.scenarios) it takes: every one; a kill while a save
 # is in flight only where a save can be in flight (async_mode="async").
-SYNCHRONOUS_LIFECYCLE = ("empty_folder", "interrupted", "keep_latest", "model_only_last", "seed_load")
+SYNCHRONOUS_LIFECYCLE = (
+    "empty_folder",
+    "hf_last",
+    "interrupted",
+    "keep_latest",
+    "model_only_last",
+    "seed_load",
+)
 SUPPORTS = Supports(
     wrappers=LAYOUTS,
     kinds=("sharded",),

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from conformance.adapters import ADAPTER_MODELS
+from conformance.adapters import ADAPTER_MODELS, tied_names
 from conformance.case import Case
 from conformance.layout.registry import layout_of
 from conformance.models import build_model, model_class
@@ -43,18 +43,6 @@ from conformance.world import RankContext
 DIST = "transformers"
 PREFIX = "model."  # the plain model's place inside the PreTrainedModel
 OPTIMIZER, SCHEDULER = "optimizer.pt", "scheduler.pt"  # Trainer's names for them
-
-
-def tied_names(model: nn.Module) -> dict[str, str]:
-    """{name: the name it is tied to} of the parameters that are one tensor under two names."""
-    first: dict[int, str] = {}
-    tied = {}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        if id(param) in first:
-            tied[name] = first[id(param)]
-        else:
-            first[id(param)] = name
-    return tied
 
 
 @functools.cache

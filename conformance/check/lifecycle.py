@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from conformance.check.slices import Slice
 from conformance.check.snapshot import Snapshot, local_buffers
 from conformance.check.transfer import canonical_of
 from conformance.layout.builtin import builtin_strategy
-from conformance.models import build_model
+from conformance.models import build_model, carries
 from conformance.observed import Observed, verdict
 from conformance.outcome import Outcome
 from conformance.strategy.under_test import strategy_under_test
@@ -135,7 +136,7 @@ def export_phase(ctx: RankContext, spec: ExportSpec) -> list[str]:
     check's rules)."""
     run = spec.run
     strategy = strategy_under_test(run.strategy_factory, run.case)
-    exported = strategy.read_export(Path(run.directory), run.scenario.saves[-1])
+    exported = strategy.read_export(Path(run.directory), run.scenario.saves[-1], run.scenario.policy)
     plain = build_model(run.case.model, seed=0, rank=0, world_size=run.case.world_size)
     return limit_lines(hygiene_problems(exported, plain, spec.expected, spec.copies))
 
@@ -286,21 +287,43 @@ def _scenarios(storage: Any) -> tuple[str, ...]:
 LIFECYCLE_SLICE = Slice(
     "library lifecycles", (("ddp", "replicate"), ("fsdp2", "shard")), ("dsd_sharded",), storages=("dcp",)
 )
+# and with tied weights (the tied transformer): an export must give back both names of the
+# shared tensor (the "tied export" column), which the covering keeps a cell of per strategy
+LIFECYCLE_TIED_SLICE = dataclasses.replace(LIFECYCLE_SLICE, models=("mlp", "tied_transformer"))
+
+
+def _tied_export(axes: Mapping[str, Any]) -> bool:
+    scenario = SCENARIOS.get(axes.get("variant", ""))
+    return scenario is not None and scenario.exported and "tied weights" in carries(axes["model"])
+
 
 CHECK = Check(
     name="lifecycle",
     title="Library lifecycles: retention, interrupted and killed saves, empty folders, seed loads, exports",
     shape=CaseCells(
-        {p: ((LIFECYCLE_SLICE, (2,)),) for p in ("ci", "default", "full")},
+        {
+            "ci": ((LIFECYCLE_SLICE, (2,)),),
+            "default": ((LIFECYCLE_TIED_SLICE, (2,)),),
+            "full": ((LIFECYCLE_TIED_SLICE, (2,)),),
+        },
         variants=_scenarios,
         kinds=("sharded",),
         builtin=False,
     ),
     registered=True,
     execute=execute,
-    needs=("checkpointer", "step_folder", "commit_files"),  # and read_export for model_only_last
-    features=tuple(
-        Feature(s.name.replace("_", " "), s.meaning, selects=lambda axes, n=s.name: axes.get("variant") == n)
-        for s in SCENARIOS.values()
+    needs=("checkpointer", "step_folder", "commit_files"),  # and read_export for an exporting scenario
+    features=(
+        *(
+            Feature(
+                s.name.replace("_", " "), s.meaning, selects=lambda axes, n=s.name: axes.get("variant") == n
+            )
+            for s in SCENARIOS.values()
+        ),
+        Feature(
+            "tied export",
+            "a model-only export of a model with tied weights loads strict=True into the plain model",
+            selects=_tied_export,
+        ),
     ),
 )

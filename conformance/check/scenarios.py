@@ -94,7 +94,16 @@ MODEL_ONLY_LAST = Scenario(
     kept=(2,),
     exported=True,
 )
+HF_LAST = Scenario(
+    "hf_last",
+    "the last save model-only in Hugging Face safetensors: it loads strict=True into the plain "
+    "model, the trained values",
+    Policy(model_only_last=True, export_hf=True),
+    last=True,
+    kept=(2,),
+    exported=True,
+)
 
 SCENARIOS: dict[str, Scenario] = {
-    s.name: s for s in (KEEP_LATEST, INTERRUPTED, KILLED, EMPTY_FOLDER, SEED_LOAD, MODEL_ONLY_LAST)
+    s.name: s for s in (KEEP_LATEST, INTERRUPTED, KILLED, EMPTY_FOLDER, SEED_LOAD, MODEL_ONLY_LAST, HF_LAST)
 }

@@ -25,11 +25,13 @@ class Policy:
     every one; its own default otherwise applies only where it has no "keep all"). seed: a
     checkpoint (a step folder of another run of the same library) to load at the start when its
     own folder holds none. model_only_last: the save with last=True writes the model alone, for
-    export."""
+    export; export_hf: in Hugging Face's safetensors format (the library's own conversion, its
+    state-dict adapter naming each tensor as the Hugging Face model does)."""
 
     keep_latest: int = 0
     seed: str = ""
     model_only_last: bool = False
+    export_hf: bool = False
 
 
 class Checkpointer(Protocol):
@@ -66,7 +68,8 @@ class Lifecycle(Protocol):
         were before it began, which is how the harness makes an interrupted save."""
         ...
 
-    def read_export(self, path: Path, step: int) -> dict[str, Any]:
-        """The model state dict of the model-only save of `step`, read in one process (no process
-        group) as export code would read it. Only a strategy that declares model_only_last needs it."""
+    def read_export(self, path: Path, step: int, policy: Policy) -> dict[str, Any]:
+        """The model state dict of the model-only save of `step` under the run's policy (its
+        format: export_hf), read in one process (no process group) as export code would read it.
+        Only a strategy that declares an exporting scenario (model_only_last, hf_last) needs it."""
         ...
