@@ -284,3 +284,27 @@ def test_auto_runs_a_cell_on_nccl_where_the_gpus_hold_its_worlds_and_on_gloo_bey
     assert [cell_backend("auto", c, 2) for c in (w1, w2, w1_to_w2)] == ["nccl", "nccl", "nccl"]
     assert [cell_backend("auto", c, 0) for c in (w1, w2)] == ["gloo", "gloo"]
     assert cell_backend("gloo", w1, 8) == "gloo" and cell_backend("nccl", w2, 1) == "nccl"
+
+
+def test_a_cell_clears_dtensor_caches_without_their_own_cache_clear(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.9's sharding propagator caches in a LocalLRUCache (a threading.local around an
+    lru_cache) with no cache_clear of its own: left alone, a later cell got an earlier cell's
+    DeviceMesh, whose groups were destroyed ("Could not resolve the process group registered
+    under the name 2"). The per-cell reset clears the lru_cache it wraps."""
+    import functools
+    import threading
+
+    from torch.distributed.tensor import DTensor
+
+    from conformance.world.rank import _clear_dtensor_caches
+
+    class LocalLRUCache(threading.local):
+        def __init__(self) -> None:
+            self.cache = functools.lru_cache(maxsize=None)(lambda x: x)
+
+    cached = LocalLRUCache()
+    cached.cache(1)
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    monkeypatch.setattr(propagator, "old_style_cache", cached, raising=False)
+    _clear_dtensor_caches()
+    assert cached.cache.cache_info().currsize == 0

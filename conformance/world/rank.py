@@ -87,11 +87,26 @@ def _clear_dtensor_caches() -> None:
     for holder in holders:
         for name in dir(holder) if holder is not None else ():
             cached = getattr(holder, name, None)
+            if not callable(getattr(cached, "cache_clear", None)):
+                # torch 2.9's LocalLRUCache (the propagator's propagate_op_sharding, the op
+                # cache DTensor dispatch reads first) has no cache_clear of its own (2.10 added
+                # one): clear the functools.lru_cache it wraps
+                cached = getattr(cached, "cache", None)
             if callable(getattr(cached, "cache_clear", None)):
                 cached.cache_clear()
     native = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)  # the C++ fast path's
     if native is not None:
         native()
+    # torch <= 2.9 keeps a sliced mesh's root in dicts keyed by DeviceMesh equality, which ignores
+    # the process groups too: a later cell's root mesh equal to an earlier cell's submesh would
+    # find that cell's root (and its destroyed groups). 2.10 keeps the root on the mesh itself.
+    from torch.distributed import device_mesh
+
+    resources = getattr(device_mesh, "_mesh_resources", None)
+    for name in ("child_to_root_mapping", "root_to_flatten_mapping", "flatten_name_to_root_dims"):
+        mapping = getattr(resources, name, None)
+        if isinstance(mapping, dict):
+            mapping.clear()
 
 
 def _destroy_subgroups() -> None:
