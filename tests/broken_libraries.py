@@ -11,11 +11,9 @@ from typing import Any
 
 import torch
 
-from conformance.adapters import tied_names
 from conformance.adapters.torch_checkpointing import TorchCheckpointing
 from conformance.adapters.torchtitan import SameNames, Torchtitan, TrainStep, live_tensors
 from conformance.case import Case
-from conformance.models import build_model
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.storage.dcp_async import tensors_in
 from conformance.world import RankContext
@@ -179,7 +177,7 @@ class TitanExportsWithoutTheTie(Torchtitan):
     """torchtitan's last_save_in_hf through an adapter that forgets the tie (ForgetsTheTie)."""
 
     def sd_adapter(self) -> Any:
-        return ForgetsTheTie(tied_names(build_model(self.case.model, 0)))
+        return ForgetsTheTie(super().sd_adapter().tied)
 
 
 def titan_exports_without_the_tie(case: Case) -> Torchtitan:

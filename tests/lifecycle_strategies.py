@@ -40,6 +40,7 @@ from conformance.layout.builtin import builtin_strategy
 from conformance.strategy.lifecycle import Policy
 from conformance.strategy.protocol import ComposedStrategy, TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
+from conformance.strategy.storage.hf_safetensors import read_safetensors
 from conformance.world import RankContext
 
 FLAWS = (
@@ -172,12 +173,7 @@ class Folders:
     def read_export(self, path: Path, step: int, policy: Policy) -> dict[str, Any]:
         if not policy.export_hf:
             return saved_model_state(self.step_folder(path, step), "model")
-        from safetensors.torch import load_file
-
-        files = sorted(self.step_folder(path, step).glob("*.safetensors"))
-        if not files:
-            raise FileNotFoundError(f"no Hugging Face export in {self.step_folder(path, step)}")
-        return {k: v for f in files for k, v in load_file(f).items()}
+        return read_safetensors(self.step_folder(path, step), required=True)
 
 
 def folders(case: Case) -> Folders:

@@ -56,35 +56,36 @@ def test_each_bug_still_reproduces_without_the_suite(finding) -> None:  # type: 
 
 def _python(version: str, repro: str) -> str:
     """The interpreter a script runs under: this one, or a bug of older torch only's version's
-    cached venv (a skip naming it where it is not made)."""
+    cached venv."""
     if not version:
         return sys.executable
+    return _venv_pythons((version,), f"{repro} shows a bug of torch {version}, fixed in this suite's own")[0]
+
+
+def _venv_pythons(versions: tuple[str, ...], why: str) -> list[str]:
+    """Each version's cached venv's python; a skip saying why they are needed and which are not made."""
     from conformance.versions.venv import TorchVenv, default_root
 
-    venv = TorchVenv(version, default_root())
-    if not venv.python.exists():
+    venvs = [TorchVenv(v, default_root()) for v in versions]
+    absent = [v.version for v in venvs if not v.python.exists()]
+    if absent:
         pytest.skip(
-            f"{repro} shows a bug of torch {version}, fixed in this suite's own: no venv of it under "
-            f"{default_root()} (python -m conformance publish --torch {version} --install-only)"
+            f"{why}: no venv of {absent} under {default_root()} "
+            "(python -m conformance publish --torch V --install-only)"
         )
-    return str(venv.python)
+    return [str(v.python) for v in venvs]
 
 
 def _across_versions(finding, root: Path) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
     """A cross-version bug's script: save under the pair's first torch, load under the second,
     each in its cached venv; a skip naming them where they are not made."""
-    from conformance.versions.venv import TorchVenv, default_root
-
-    venvs = [TorchVenv(v, default_root()) for v in finding.repro_pair]
-    absent = [v.version for v in venvs if not v.python.exists()]
-    if absent:
-        pytest.skip(
-            f"{finding.repro} saves with torch {finding.repro_pair[0]} and loads with {finding.repro_pair[1]}: "
-            f"no venv of {absent} under {default_root()} (python -m conformance publish --torch V --install-only)"
-        )
+    saving, loading = _venv_pythons(
+        finding.repro_pair,
+        f"{finding.repro} saves with torch {finding.repro_pair[0]} and loads with {finding.repro_pair[1]}",
+    )
     with tempfile.TemporaryDirectory() as tmp:
         saved = subprocess.run(
-            [str(venvs[0].python), finding.repro, "save", tmp],
+            [saving, finding.repro, "save", tmp],
             cwd=root,
             capture_output=True,
             text=True,
@@ -92,7 +93,7 @@ def _across_versions(finding, root: Path) -> subprocess.CompletedProcess[str]:  
         )
         assert saved.returncode == 0, saved.stdout + saved.stderr
         return subprocess.run(
-            [str(venvs[1].python), finding.repro, "load", tmp],
+            [loading, finding.repro, "load", tmp],
             cwd=root,
             capture_output=True,
             text=True,

@@ -51,6 +51,7 @@ from conformance.strategy.lifecycle import Policy
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.strategy.storage.dcp_async import tensors_in
+from conformance.strategy.storage.hf_safetensors import read_safetensors
 from conformance.strategy.storage.own import OwnFormat
 from conformance.world import RankContext
 
@@ -203,12 +204,7 @@ class Torchtitan:
         folder = self.step_folder(path, step)
         if not policy.export_hf:
             return saved_model_state(folder, "")
-        exported = sorted(folder.glob("*.safetensors"))
-        if not exported:
-            raise FileNotFoundError(f"no Hugging Face export (*.safetensors) in {folder}")
-        from safetensors.torch import load_file
-
-        return self.sd_adapter().from_hf({k: v for f in exported for k, v in load_file(f).items()})
+        return self.sd_adapter().from_hf(read_safetensors(folder, required=True))
 
     def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         manager = self.manager(state, path, TrainStep(0))

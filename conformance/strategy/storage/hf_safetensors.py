@@ -32,6 +32,21 @@ def _unavailable() -> str | None:
     return None
 
 
+def read_safetensors(folder: Path, required: bool = False) -> StateDict:
+    """Every tensor of the .safetensors files in `folder`, read as an inference user reads them:
+    safetensors' own load_file, one process, no torch.distributed. required: a folder with no
+    such file raises FileNotFoundError (else it reads as {})."""
+    from safetensors.torch import load_file
+
+    found = sorted(folder.glob("*.safetensors"))
+    if required and not found:
+        raise FileNotFoundError(f"no Hugging Face export (*.safetensors) in {folder}")
+    tensors: StateDict = {}
+    for file in found:
+        tensors.update(load_file(str(file)))
+    return tensors
+
+
 def largest_safetensors_payload(path: Path) -> tuple[Path, int, int]:
     """(file, offset, length) of the largest tensor of the largest .safetensors file under
     `path`, from the file's own header (8-byte length, then JSON with each tensor's offsets)."""
@@ -76,14 +91,8 @@ class HfSafetensors:
         return {**rest, "model": state["model"]}
 
     def read(self, path: Path) -> StateDict:
-        """The model as an inference user loads it: the consolidated files, safetensors' own
-        load_file, one process, no torch.distributed."""
-        from safetensors.torch import load_file
-
-        model: StateDict = {}
-        for file in sorted((path / MODEL).glob("*.safetensors")):
-            model.update(load_file(str(file)))
-        return {"model": model}
+        """The model as an inference user loads it: the consolidated files (read_safetensors)."""
+        return {"model": read_safetensors(path / MODEL)}
 
     def payload(self, path: Path) -> tuple[Path, int, int]:
         return largest_safetensors_payload(path / MODEL)
