@@ -12,8 +12,9 @@ from typing import Any
 import torch
 
 from conformance.adapters.torch_checkpointing import TorchCheckpointing
-from conformance.adapters.torchtitan import SameNames, Torchtitan, TrainStep, live_tensors
+from conformance.adapters.torchtitan import SameNames, TitanRun, Torchtitan, TrainStep, live_tensors
 from conformance.case import Case
+from conformance.strategy.lifecycle import Policy
 from conformance.strategy.protocol import TrainState
 from conformance.strategy.storage.dcp_async import tensors_in
 from conformance.world import RankContext
@@ -182,3 +183,16 @@ class TitanExportsWithoutTheTie(Torchtitan):
 
 def titan_exports_without_the_tie(case: Case) -> Torchtitan:
     return TitanExportsWithoutTheTie(case)
+
+
+@dataclass(frozen=True)
+class TitanIgnoresTheHfExport(Torchtitan):
+    """A run that drops the policy's Hugging Face export (last_save_in_hf stays False): the last
+    save is torchtitan's model-only DCP folder, which holds the right values in the wrong format."""
+
+    def checkpointer(self, state: TrainState, path: Path, policy: Policy, ctx: RankContext) -> TitanRun:
+        return TitanRun(self, state, path, dataclasses.replace(policy, export_hf=False))
+
+
+def titan_ignores_the_hf_export(case: Case) -> Torchtitan:
+    return TitanIgnoresTheHfExport(case)

@@ -93,6 +93,18 @@ def test_the_hugging_face_export_of_a_tied_model_must_give_back_both_names(pool:
     assert "head.weight" in result.detail, result.detail
 
 
+def test_a_run_that_ignores_the_hugging_face_export_is_an_error_never_a_pass(pool: WorldPool) -> None:
+    """hf_last asks for the export in safetensors; a run that writes its usual DCP folder instead
+    holds the right values, and must not pass on them."""
+    from conformance.adapters.torchtitan import TORCHTITAN
+
+    case = cell(TORCHTITAN, "lifecycle", "lifecycle-torchtitan-fsdp2-sharded-torchtitan-adamw-mlp-w2-hf_last")
+    broken = dataclasses.replace(TORCHTITAN, factory=broken_libraries.titan_ignores_the_hf_export)
+    result = run_case(pool, case, backend="gloo", timeout_s=120, registered=broken)
+    assert result.outcome is Outcome.ERROR, result.detail
+    assert "no Hugging Face export (*.safetensors)" in result.detail, result.detail
+
+
 def test_a_strategy_that_owns_its_optimizer_must_name_the_holders(pool: WorldPool) -> None:
     from conformance.adapters.torchtitan import TORCHTITAN
 
