@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import zlib
 from dataclasses import dataclass, field, fields
 
 # The state-dict kind of every API token. The kind is a word of every id, so that
@@ -263,3 +264,9 @@ def repro_command(cell_id: str, check: str, world_size: int, strategy: str = "")
     if check == "roundtrip" and not strategy:
         return f"torchrun --nproc-per-node {world_size} -m conformance.repro {cell_id}"
     return f"python -m conformance.repro {cell_id}{option}"
+
+
+def seed_of(cell: Case | Transfer) -> int:
+    """The ranks' seed of a cell, from its id: stable across runs and xdist workers (Python's
+    hash() is not)."""
+    return zlib.crc32(cell.id.encode()) % 2**31

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import time
 import traceback
-import zlib
 from typing import Any
 
 import torch
 
-from conformance.case import Case, Transfer
+from conformance.case import Case, Transfer, seed_of
 from conformance.check.base import StrategyFactory, Under
-from conformance.check.phases import Phases
+from conformance.check.phases import Phases, SharedSaves
 from conformance.check.registry import CHECKS
 from conformance.layout.builtin import builtin_strategy
 from conformance.layout.registry import layout_of
@@ -85,7 +84,7 @@ def environment_skip(case: Case, backend: str) -> str | None:
 
 def case_seed(case: Cell) -> int:
     """Stable across runs and xdist workers (Python's hash() is not)."""
-    return zlib.crc32(case.id.encode()) % 2**31
+    return seed_of(case)
 
 
 def _not_here(cell: Cell, backend: str, registered: RegisteredStrategy | None) -> tuple[Outcome, str] | None:
@@ -127,11 +126,13 @@ def run_case(
     timeout_s: float,
     strategy_factory: StrategyFactory = builtin_strategy,
     registered: RegisteredStrategy | None = None,
+    shared: SharedSaves | None = None,
 ) -> CellResult:
     """Run one cell of any check and say how it ended. A fault of the harness itself (in this
     process) is the cell's harness-error, with its traceback: never a lost cell. `registered`: the
     strategy of a cell of a registered strategy; its declaration decides what is unsupported,
-    and its factory replaces `strategy_factory`."""
+    and its factory replaces `strategy_factory`. `shared`: the saves the cells of this process
+    share (None: each cell saves its own)."""
     start = time.monotonic()
     if registered is not None:
         strategy_factory = registered.factory
@@ -143,6 +144,7 @@ def run_case(
             timeout_s=timeout_s,
             strategy_factory=strategy_factory,
             registered=registered,
+            shared=shared,
         )
     except Exception:
         return harness_error(case.id, {**case.axes(), "backend": backend}, time.monotonic() - start)
@@ -162,13 +164,14 @@ def _run_case(
     timeout_s: float,
     strategy_factory: StrategyFactory,
     registered: RegisteredStrategy | None,
+    shared: SharedSaves | None,
 ) -> CellResult:
     start = time.monotonic()
     axes = {**case.axes(), "backend": backend}
     verdict = _not_here(case, backend, registered)
     if verdict:
         return CellResult(case.id, axes, verdict[0], verdict[1], 0.0)
-    phases = Phases(pool, backend, timeout_s, seed=case_seed(case))
+    phases = Phases(pool, backend, timeout_s, seed=case_seed(case), shared=shared)
     saving = case.save if isinstance(case, Transfer) else case
     storage = registered.storage if registered is not None else STORAGES.get(saving.storage)
     under = Under(

@@ -156,6 +156,7 @@ ACCELERATE_FSDP = RegisteredStrategy(
     ),
     storage="accelerate",
     requires=("accelerate",),
+    imports=("accelerate",),
     description="accelerate.Accelerator(fsdp_plugin=...) save_state / load_state; on the CPU Accelerate "
     f"prepares DDP instead, so its cells there are skips but one ({CPU_WITNESS}), which shows that",
     skips_on=backend_skip,

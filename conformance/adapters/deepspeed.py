@@ -58,6 +58,8 @@ from conformance.training import PrecisionNotInEffect
 from conformance.world import RankContext
 
 DIST = "deepspeed"
+# what its cells import: deepspeed.initialize, the checkpoint engine, the universal conversion
+IMPORTS = ("deepspeed", "deepspeed.checkpoint.ds_to_universal")
 STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
 LAYOUTS: tuple[tuple[str, str], ...] = tuple(("deepspeed", s) for s in STAGES)
 
@@ -318,6 +320,7 @@ ZERO = RegisteredStrategy(
     ),
     storage=STORAGE,
     requires=(DIST,),
+    imports=IMPORTS,
     description="DeepSpeed's engine (deepspeed.initialize with the cell's optimizer and scheduler, ZeRO "
     "stage 1, 2 or 3, fp32, its bf16 mode or its fp16 mode with its loss scaler): save_checkpoint and load_checkpoint into a fresh engine, as its guide calls them",
     skips_on=skips_on,
@@ -329,6 +332,7 @@ UNIVERSAL = RegisteredStrategy(
     supports=dataclasses.replace(ZERO.supports, checks=("reshard", "resume", "roundtrip")),
     storage=OwnFormat("deepspeed_universal", data="*.pt"),
     requires=(DIST,),
+    imports=IMPORTS,
     description="DeepSpeed's universal checkpoint: save_checkpoint, ds_to_universal on rank 0, and "
     "load_checkpoint of the converted tag by an engine configured with load_universal, as its tutorial and "
     "its own test do; the documented way to load at another data-parallel size",

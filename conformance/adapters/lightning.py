@@ -28,6 +28,7 @@ from conformance.strategy.wrappers import fully_shard_model
 from conformance.world import RankContext
 
 FSDP1_SHARDINGS = ("full_shard", "shard_grad_op", "no_shard")
+FABRIC_IMPORTS = ("lightning.fabric",)  # what the Fabric rows import (Trainer's: lightning.pytorch)
 
 
 def _state(state: TrainState) -> dict[str, Any]:
@@ -141,6 +142,7 @@ FABRIC_FSDP = RegisteredStrategy(
     ),
     storage="fabric",
     requires=("lightning",),
+    imports=FABRIC_IMPORTS,
     description="lightning.fabric.strategies.FSDPStrategy save_checkpoint / load_checkpoint; on the CPU a "
     "configuration Fabric itself refuses (FSDP needs a GPU at its front end): the adapter builds the "
     "strategy object inside the world's process group",
@@ -157,6 +159,7 @@ FABRIC_MODEL_PARALLEL = RegisteredStrategy(
     ),
     storage="fabric",
     requires=("lightning",),
+    imports=FABRIC_IMPORTS,
     description="lightning.fabric.strategies.ModelParallelStrategy (FSDP2 + DCP) save / load_checkpoint",
 )
 
@@ -268,6 +271,7 @@ TRAINER_FSDP = RegisteredStrategy(
     ),
     storage="trainer",
     requires=("lightning",),
+    imports=("lightning.pytorch",),
     description="lightning.pytorch.strategies.FSDPStrategy as the Trainer drives it "
     "(lightning_module_state_dict, optimizer_state, save_checkpoint, load_checkpoint); on the CPU a "
     'configuration the Trainer itself refuses ("FSDP is only available on GPU"): the adapter builds '

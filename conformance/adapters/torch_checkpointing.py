@@ -50,6 +50,7 @@ from conformance.strategy.storage.own import OwnFormat
 from conformance.world import RankContext
 
 DIST = "torch_checkpointing"
+IMPORTS = ("torch_checkpointing", "torch_checkpointing.default_resharder")  # what its cells import
 # the layouts it is given, wrapped by the suite's own FSDP2 and tensor-parallel code (the library
 # has no parallelize code of its own): FSDP2, TP alone, FSDP2 + TP on every 2-D mesh
 LAYOUTS: tuple[tuple[str, str], ...] = (("fsdp2", "shard"), ("tp", "tp"), ("fsdp2", "tp"))
@@ -207,6 +208,7 @@ TORCH_CHECKPOINTING = RegisteredStrategy(
     ),
     storage=STORAGE,
     requires=(DIST,),
+    imports=IMPORTS,
     description="torch_checkpointing.CheckpointManager async save (CPU staging as its troubleshooting.md "
     "says, use_direct_io=False) of model.state_dict() and optimizer.state_dict(), the next step taken "
     "under manager.lock() while it is in flight, close(); load into a fresh manager",
@@ -222,6 +224,7 @@ TORCH_CHECKPOINTING_RESHARD = RegisteredStrategy(
     ),
     storage=STORAGE,
     requires=(DIST,),
+    imports=IMPORTS,
     description="torch_checkpointing with DefaultResharder on the model and the optimizer "
     "(distributed_and_resharding.md): the documented load across layouts and world sizes; on the "
     f"CPU the saves in one rank and one witness cell ({RESHARD_CPU_WITNESS}) run, the other saves in "
@@ -241,5 +244,6 @@ TORCH_CHECKPOINTING_DIRECT_IO = RegisteredStrategy(
     ),
     storage=STORAGE,
     requires=(DIST,),
+    imports=IMPORTS,
     description="torch_checkpointing with its default storage (O_DIRECT writes), one witness cell",
 )

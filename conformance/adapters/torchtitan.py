@@ -56,6 +56,8 @@ from conformance.strategy.storage.own import OwnFormat
 from conformance.world import RankContext
 
 DIST = "torchtitan"
+# what its cells import: the checkpointer and the optimizer containers
+IMPORTS = ("torchtitan.components.checkpointer", "torchtitan.components.optimizer")
 LAYOUTS: tuple[tuple[str, str], ...] = (
     ("fsdp2", "shard"),
     ("tp", "tp"),
@@ -334,6 +336,7 @@ TORCHTITAN = RegisteredStrategy(
     supports=SUPPORTS,
     storage=STORAGE,
     requires=(DIST,),
+    imports=IMPORTS,
     description="torchtitan's CheckpointManager (DCP, async_mode disabled) over its OptimizersContainer "
     "and LRSchedulersContainer, save(step) and load(step=-1) as its trainer calls them",
 )
@@ -343,6 +346,7 @@ TORCHTITAN_ASYNC = RegisteredStrategy(
     supports=ASYNC_SUPPORTS,
     storage=STORAGE,
     requires=(DIST,),
+    imports=IMPORTS,
     description="torchtitan's CheckpointManager with async_mode='async': the next step's in-place update "
     "runs while the save is in flight, then maybe_wait_for_saving, as its trainer orders them",
 )

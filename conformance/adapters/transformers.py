@@ -146,6 +146,7 @@ TRANSFORMERS = RegisteredStrategy(
     ),
     storage=OwnFormat("transformers", data="*.safetensors"),
     requires=(DIST,),
+    imports=("transformers.modeling_utils",),
     description="transformers save_pretrained(dir, state_dict=...) on rank 0 of the full state dict "
     "get_model_state_dict gathers (Trainer.save_model under FSDP), the optimizer's full state dict and "
     "the scheduler beside it (optimizer.pt, scheduler.pt); from_pretrained(dir) on every rank and "

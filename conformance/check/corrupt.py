@@ -29,7 +29,7 @@ from conformance.case import Case
 from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.phases import PhaseError, Phases, observed_of
 from conformance.check.slices import TP_WRAPPERS, Slice
-from conformance.check.transfer import LoadSpec, SaveSpec, load_phase, save_phase
+from conformance.check.transfer import LoadSpec, load_phase, saved
 from conformance.models import RESHAPED
 from conformance.observed import verdict
 from conformance.outcome import Outcome
@@ -95,7 +95,7 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
         else save_case
     )
     try:
-        saved = phases.run("save", case.world_size, save_phase, SaveSpec(save_case, str(directory), factory))
+        written = saved(phases, save_case, str(directory), factory)
     except PhaseError as exc:
         return exc.outcome, exc.detail
     if under.storage is None:
@@ -106,7 +106,7 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
             "load",
             case.world_size,
             load_phase,
-            LoadSpec(load_case, str(directory), saved[0]["expected"], factory),
+            LoadSpec(load_case, str(directory), written[0]["expected"], factory),
         )
     except PhaseError as exc:
         if exc.raised_by(*LOADING_CALLS):

@@ -29,7 +29,7 @@ from conformance.check.phases import PhaseError, Phases, observed_of
 from conformance.check.roundtrip import StrategyFactory, limit_lines
 from conformance.check.slices import LAYOUT_WRAPPERS, MAIN_WRAPPERS, MODELS, PP_FSDP_WRAPPERS, Slice
 from conformance.check.snapshot import Snapshot
-from conformance.check.transfer import SaveSpec, save_phase
+from conformance.check.transfer import saved
 from conformance.layout.builtin import builtin_strategy
 from conformance.models import build_model
 from conformance.observed import verdict
@@ -104,8 +104,8 @@ def hygiene_problems(
     )  # the persistent buffers: a counter or running stats the checkpoint must carry, bitwise
     want = {k: _as_saved(v, got[k]) for k, v in expected.items() if k in got}
     for key in [k for k in want if k.startswith("buffer/")]:
-        saved = (_as_saved(c[key], got[key]) for c in copies if key in c)
-        want[key] = next((s for s in saved if not compare_states({key: s}, {key: got[key]})), want[key])
+        kept = (_as_saved(c[key], got[key]) for c in copies if key in c)
+        want[key] = next((s for s in kept if not compare_states({key: s}, {key: got[key]})), want[key])
     problems += [f"value: {d}" for d in compare_states(want, got)[:3]]
     return problems
 
@@ -144,19 +144,19 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
         )
     directory = str(phases.scratch())
     try:
-        saved = phases.run("save", case.world_size, save_phase, SaveSpec(case, directory, factory))
+        written = saved(phases, case, directory, factory)
         inspected = phases.run(
             "read in one process",
             1,
             inspect_phase,
             InspectSpec(
-                case, directory, saved[0]["expected"], tuple(v.get("buffers", {}) for v in saved), factory
+                case, directory, written[0]["expected"], tuple(v.get("buffers", {}) for v in written), factory
             ),
         )
     except PhaseError as exc:
         return exc.outcome, exc.detail
-    problems = [p for value in saved for p in value["problems"]] + inspected[0]["problems"]
-    phases.observed += observed_of(saved, inspected)
+    problems = [p for value in written for p in value["problems"]] + inspected[0]["problems"]
+    phases.observed += observed_of(written, inspected)
     if problems:
         return Outcome.FAIL, f"{len(problems)} hygiene problems in the saved model state:\n" + "\n".join(
             problems

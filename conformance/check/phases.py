@@ -7,7 +7,10 @@ does not end ok ends the check with that outcome, its detail led by the phase's 
 
 from __future__ import annotations
 
+import copy
+import shutil
 import tempfile
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,39 @@ def observed_of(*phases: list[dict[str, Any]]) -> list[Observed]:
 
 
 @dataclass
+class SharedSaves:
+    """Checkpoints that cells of one pytest process share: the first cell that needs a save of
+    a configuration runs it, and a copy of what it wrote is kept here, untouched; every later
+    cell that needs it loads from a copy of its own, and gets a copy of what the save phase
+    returned. A save is shared only when it ended ok (an error, crash or hang runs again in each
+    cell), ran once (no rerun after a hang) and is self-contained: it wrote nothing beside its
+    path, and no file of it names that path (a copy would still read the original). A cell's
+    outcome does not depend on sharing: the save phase is seeded by its configuration, never by
+    the cell, shared or not."""
+
+    root: Path
+    saved: dict[Hashable, tuple[Path, list[Any]]] = field(default_factory=dict)
+    unshareable: set[Hashable] = field(default_factory=set)
+
+
+def self_contained(path: Path) -> bool:
+    """Whether a save at `path` can be copied: nothing else in its folder, and no file under it
+    holds the path's text."""
+    if [p.name for p in path.parent.iterdir()] != [path.name]:
+        return False
+    needle = str(path.parent).encode()
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    return not any(needle in f.read_bytes() for f in files)
+
+
+def copy_save(source: Path, target: Path) -> None:
+    if source.is_dir():
+        shutil.copytree(source, target, symlinks=True)
+    else:
+        shutil.copy2(source, target)
+
+
+@dataclass
 class Phases:
     pool: CellPool
     backend: str
@@ -55,12 +91,24 @@ class Phases:
     # every difference and error the check found, as records (conformance.observed): run() adds
     # a phase's error, crash or hang; the check adds what its ranks returned (observed_of)
     observed: list[Observed] = field(default_factory=list)
+    shared: SharedSaves | None = None  # None: every save is the cell's own (fresh worlds)
 
-    def run(self, phase: str, size: int, fn: CellFn, arg: Any, *, other_world: bool = False) -> list[Any]:
+    def run(
+        self,
+        phase: str,
+        size: int,
+        fn: CellFn,
+        arg: Any,
+        *,
+        other_world: bool = False,
+        seed: int | None = None,
+    ) -> list[Any]:
         """Every rank's return value, or PhaseError. other_world: in the pool's second world of
-        that size, whose processes never run a first phase (they never held its objects)."""
+        that size, whose processes never run a first phase (they never held its objects). seed:
+        the ranks' seed, the cell's unless said."""
         slot = "other" if other_world else ""
-        run = self.pool.run(self.backend, size, fn, arg, timeout_s=self.timeout_s, seed=self.seed, slot=slot)
+        seed = self.seed if seed is None else seed
+        run = self.pool.run(self.backend, size, fn, arg, timeout_s=self.timeout_s, seed=seed, slot=slot)
         if run.status != "ok":
             self.observed += from_detail(run.status, run.detail, scope=f"{phase} phase")
             raise PhaseError(
@@ -72,6 +120,40 @@ class Phases:
         if run.note:
             self.reruns.append((phase, run))
         return run.values
+
+    def save(
+        self,
+        size: int,
+        fn: CellFn,
+        arg_at: Callable[[str], Any],
+        directory: Path,
+        *,
+        key: Hashable,
+        seed: int,
+    ) -> list[Any]:
+        """The "save" phase of a configuration (`key`, its ranks seeded by `seed`), written at
+        `directory` (run with `arg_at(directory)`), or copied there where the process already
+        saved that configuration (SharedSaves). PhaseError as run()."""
+        shared = self.shared
+        try:
+            hash(key)
+        except TypeError:  # a factory that is no value (an unhashable instance): its own save
+            shared = None
+        if shared is None or key in shared.unshareable:
+            return self.run("save", size, fn, arg_at(str(directory)), seed=seed)
+        if key in shared.saved:
+            master, values = shared.saved[key]
+            copy_save(master, directory)
+            return copy.deepcopy(values)
+        reruns = len(self.reruns)
+        values = self.run("save", size, fn, arg_at(str(directory)), seed=seed)
+        if len(self.reruns) == reruns and directory.exists() and self_contained(directory):
+            master = Path(tempfile.mkdtemp(prefix="shared-", dir=shared.root)) / "checkpoint"
+            copy_save(directory, master)  # before the check damages or loads its own
+            shared.saved[key] = (master, copy.deepcopy(values))
+        else:
+            shared.unshareable.add(key)
+        return values
 
     def described(self, detail: str) -> str:
         """The check's detail, led by the note of each phase the pool ran again (a hang in a

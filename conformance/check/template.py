@@ -31,7 +31,7 @@ from conformance.case import Case
 from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.phases import PhaseError, Phases, observed_of
 from conformance.check.slices import MAIN_WRAPPERS, Slice
-from conformance.check.transfer import LoadSpec, SaveSpec, load_phase, load_verdict, save_phase
+from conformance.check.transfer import LoadSpec, load_phase, load_verdict, saved
 from conformance.outcome import Outcome
 from conformance.strategy.protocol import ComposedStrategy, StateDict, Strategy
 from conformance.strategy.storage import Storage
@@ -125,19 +125,19 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
     directory = str(phases.scratch())
     plain = dataclasses.replace(case, check="roundtrip", variant="")
     try:
-        saved = phases.run("save", case.world_size, save_phase, SaveSpec(plain, directory, under.factory))
+        written = saved(phases, plain, directory, under.factory)
     except PhaseError as exc:
         return exc.outcome, exc.detail
-    problems = [p for value in saved for p in value["problems"]]
+    problems = [p for value in written for p in value["problems"]]
     template = TEMPLATES[case.variant]
-    spec = LoadSpec(plain, directory, saved[0]["expected"], Shaped(under.factory, case.variant))
+    spec = LoadSpec(plain, directory, written[0]["expected"], Shaped(under.factory, case.variant))
     try:
         loaded = phases.run("load", case.world_size, load_phase, spec)
     except PhaseError as exc:
         if exc.raised_by(*LOADING_CALLS) and not problems:
             return Outcome.PASS, f"the load into {template.meaning} raised:\n{exc.detail}"
         return exc.outcome, exc.detail
-    phases.observed += observed_of(saved, loaded)
+    phases.observed += observed_of(written, loaded)
     return load_verdict(problems, loaded, f"loaded into {template.meaning}")
 
 

@@ -13,11 +13,12 @@ is the expected outcome and passes; a load that succeeds with other values fails
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.case import Case, Transfer
+from conformance.case import Case, Transfer, seed_of
 from conformance.check.base import Under
 from conformance.check.canonical import canonical_state
 from conformance.check.compare import compare_states, first_of_each_kind
@@ -86,6 +87,21 @@ def save_phase(ctx: RankContext, spec: SaveSpec) -> dict[str, Any]:
     return {"problems": problems, "expected": expected, "observed": observed, "buffers": buffers}
 
 
+def saved(phases: Phases, case: Case, directory: str, factory: StrategyFactory) -> list[dict[str, Any]]:
+    """The save phase of the configuration a cell saves (the case as a round trip saves it: a
+    check's name and variant are no part of what it trains and writes), seeded by that
+    configuration and shared by the cells of the process that save it (Phases.save)."""
+    config = dataclasses.replace(case, check="roundtrip", variant="")
+    return phases.save(
+        config.world_size,
+        save_phase,
+        lambda at: SaveSpec(config, at, factory),
+        Path(directory),
+        key=(config, factory),
+        seed=seed_of(config),
+    )
+
+
 def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
     case, path = spec.case, Path(spec.directory)
     strategy = strategy_under_test(spec.strategy_factory, case)
@@ -127,24 +143,22 @@ def execute(phases: Phases, transfer: Transfer, under: Under) -> Verdict:
     directory = str(phases.scratch())
     save, load = transfer.save, transfer.load
     try:
-        saved = phases.run(
-            "save", save.world_size, save_phase, SaveSpec(save, directory, under.factory_of(transfer, save))
-        )
+        written = saved(phases, save, directory, under.factory_of(transfer, save))
     except PhaseError as exc:
         return exc.outcome, exc.detail
-    problems = [p for value in saved for p in value["problems"]]
+    problems = [p for value in written for p in value["problems"]]
     try:
         loaded = phases.run(
             "load",
             load.world_size,
             load_phase,
-            LoadSpec(load, directory, saved[0]["expected"], under.factory_of(transfer, load)),
+            LoadSpec(load, directory, written[0]["expected"], under.factory_of(transfer, load)),
         )
     except PhaseError as exc:
         if refusal and exc.raised_by(*LOADING_CALLS) and not problems:
             return Outcome.PASS, f"refused, as it must ({refusal}):\n{exc.detail}"
         return exc.outcome, exc.detail
-    phases.observed += observed_of(saved, loaded)
+    phases.observed += observed_of(written, loaded)
     where = f"saved by {save.config} in {save.world_size} ranks, loaded by {load.config} in {load.world_size}"
     note = f" (declared unable to load: {refusal}; it loaded every value right)" if refusal else ""
     return load_verdict(problems, loaded, where, note)

@@ -70,7 +70,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     the groups; bench/xdist.py measures both."""
     counts: dict[str, int] = {}
     for item in items:
-        cell = _cell_of(item)
+        cell = cell_of(item)
         if cell is None:
             continue
         group = world_group(cell)
@@ -79,7 +79,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(f"{group}-{index // WORKER_GROUP_CELLS}"))
 
 
-def _cell_of(item: pytest.Item) -> Case | Transfer | None:
+def cell_of(item: pytest.Item) -> Case | Transfer | None:
+    """The cell a collected test runs (None for any other test)."""
     params = getattr(getattr(item, "callspec", None), "params", {})
     cell = next((params[f] for f in cell_fixtures() if f in params), None)
     return cell if isinstance(cell, (Case, Transfer)) else None  # an empty parameter set: NOTSET

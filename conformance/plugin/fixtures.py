@@ -10,9 +10,11 @@ import torch
 
 from conformance.baseline import Baseline, judge
 from conformance.case import Case, Transfer
+from conformance.check.phases import SharedSaves
 from conformance.check.roundtrip import StrategyFactory
 from conformance.layout.builtin import builtin_strategy
 from conformance.outcome import FAILING, CellResult, Outcome
+from conformance.plugin.collection import cell_of
 from conformance.plugin.shared import BACKEND_KEY, BASELINE_KEY, PROPERTY, REGISTRY_KEY, WORLDS_KEY
 from conformance.property import Property, run_property
 from conformance.runner import cell_backend, harness_error, rank_preload, run_case
@@ -21,15 +23,27 @@ from conformance.world.devices import visible_gpus
 
 
 @pytest.fixture(scope="session")
-def world_pool(pytestconfig: pytest.Config) -> Iterator[WorldPool]:
+def world_pool(request: pytest.FixtureRequest) -> Iterator[WorldPool]:
+    """The worlds of this pytest process; their template imports the frameworks of the
+    registered strategies whose cells the run selected."""
+    pytestconfig = request.config
+    selected = [c for c in map(cell_of, request.session.items) if c is not None]
     with WorldPool(
         start_timeout_s=pytestconfig.getoption("world_start_timeout"),
         fresh=pytestconfig.getoption("fresh_worlds"),
         spawn=pytestconfig.getoption("spawn_worlds"),
         preload=rank_preload(),
+        warm=pytestconfig.stash[REGISTRY_KEY].imports_of(selected),
     ) as pool:
         yield pool
         pytestconfig.stash[WORLDS_KEY] = pool.started
+
+
+@pytest.fixture(scope="session")
+def shared_saves(request: pytest.FixtureRequest, world_pool: WorldPool) -> SharedSaves | None:
+    """The saves the cells of this process share (conformance.check.phases.SharedSaves); with
+    --fresh-worlds none: every cell alone, the reference the warm run must agree with."""
+    return None if request.config.getoption("fresh_worlds") else SharedSaves(world_pool.root)
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +53,10 @@ def conformance_backend(pytestconfig: pytest.Config) -> str:
 
 @pytest.fixture
 def conformance_cell(
-    request: pytest.FixtureRequest, world_pool: WorldPool, conformance_backend: str
+    request: pytest.FixtureRequest,
+    world_pool: WorldPool,
+    conformance_backend: str,
+    shared_saves: SharedSaves | None,
 ) -> Callable[..., CellResult]:
     """Run a case, record its result for the reports, and turn its outcome into pytest's."""
 
@@ -53,6 +70,7 @@ def conformance_cell(
             timeout_s=request.config.getoption("case_timeout"),
             strategy_factory=strategy_factory,
             registered=registry.strategy_of(case),
+            shared=shared_saves,
         )
         request.node.user_properties.append((PROPERTY, result.to_json()))
         _to_pytest(result, request.config.stash[BASELINE_KEY], backend)
@@ -63,7 +81,10 @@ def conformance_cell(
 
 @pytest.fixture
 def conformance_property(
-    request: pytest.FixtureRequest, world_pool: WorldPool, conformance_backend: str
+    request: pytest.FixtureRequest,
+    world_pool: WorldPool,
+    conformance_backend: str,
+    shared_saves: SharedSaves | None,
 ) -> Callable[[Property], CellResult]:
     """Run a property (its examples as cells in the warm worlds), record its one result (the
     shrunk minimal failing configuration, or how many examples passed), and turn its outcome
@@ -83,6 +104,7 @@ def conformance_property(
                 backend=cell_backend(conformance_backend, example, gpus),
                 timeout_s=timeout_s,
                 registered=registry.strategy_of(example),
+                shared=shared_saves,
             )
 
         try:

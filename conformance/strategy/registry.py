@@ -24,7 +24,7 @@ import importlib
 import importlib.metadata
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -91,7 +91,8 @@ class RegisteredStrategy:
     distribution names it needs; when one is missing, every cell of the strategy is a skip
     naming it. skips_on: (cell, backend) -> why that cell cannot run with that backend, or None
     (a framework that runs its code under test only on GPUs skips its cells on gloo, saying
-    why, instead of failing them)."""
+    why, instead of failing them). imports: the framework's modules its cells import, which a
+    run's worlds import before their first cell."""
 
     name: str
     factory: Callable[[Case], Strategy]
@@ -100,6 +101,10 @@ class RegisteredStrategy:
     requires: tuple[str, ...] = ()
     description: str = ""
     skips_on: Callable[[Case | Transfer, str], str | None] | None = None
+    # the framework's modules its cells import (seconds each): the worlds of a run that has its
+    # cells import them once, before forking their ranks, instead of on each world's first cell
+    # and again after every crash (best effort: one that does not import is the cells' to say)
+    imports: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name) or self.name == "builtin":
@@ -188,6 +193,14 @@ class Registry:
     def strategy_of(self, cell: Case | Transfer) -> RegisteredStrategy | None:
         """The registered strategy a cell belongs to; None for a built-in cell."""
         return self.get(cell.strategy) if cell.strategy else None
+
+    def imports_of(self, cells: Iterable[Case | Transfer]) -> tuple[str, ...]:
+        """The framework modules (RegisteredStrategy.imports) of the strategies these cells
+        belong to whose frameworks are installed, each once, in order."""
+        names = sorted({c.strategy for c in cells if c.strategy})
+        strategies = [self.strategies[n] for n in names if n in self.strategies]
+        strategies = [s for s in strategies if s.skip_reason() is None]
+        return tuple(dict.fromkeys(m for s in strategies for m in s.imports))
 
     def versions(self) -> dict[str, dict[str, str | None]]:
         """name -> the versions of what it requires: the run metadata's frameworks."""

@@ -23,7 +23,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Protocol
 
-from conformance.world.template import RankArgs, Template
+from conformance.world.template import OPTIONAL, RankArgs, Template
 
 
 class RankProcess(Protocol):
@@ -72,9 +72,17 @@ class ForkLauncher:
     """Ranks forked from a template process (conformance.world.template) that this launcher
     starts on its first rank and keeps until `close`."""
 
-    def __init__(self, root: Path, preload: tuple[str, ...] = (), *, start_timeout_s: float = 120.0) -> None:
-        """root: where the template's output goes (template.log)."""
-        self.modules = template_modules(preload)
+    def __init__(
+        self,
+        root: Path,
+        preload: tuple[str, ...] = (),
+        *,
+        warm: tuple[str, ...] = (),
+        start_timeout_s: float = 120.0,
+    ) -> None:
+        """root: where the template's output goes (template.log). warm: modules the template
+        imports if it can (a framework's: template_modules)."""
+        self.modules = template_modules(preload, warm)
         self.log = root / "template.log"
         self.start_timeout_s = start_timeout_s
         self._template: Template | None = None
@@ -98,6 +106,9 @@ class ForkLauncher:
             self._template = None
 
 
-def template_modules(preload: tuple[str, ...]) -> tuple[str, ...]:
-    """What the template process imports: torch, the rank's loop, the cells' usual modules."""
-    return ("torch", "torch.distributed", "conformance.world.rank", "conformance.world.context", *preload)
+def template_modules(preload: tuple[str, ...], warm: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """What the template process imports: torch, the rank's loop, the cells' usual modules,
+    then, if it can, the `warm` ones (the frameworks a run's cells import: every rank forked
+    after has them, a world restarted after a crash included)."""
+    base = ("torch", "torch.distributed", "conformance.world.rank", "conformance.world.context", *preload)
+    return (*base, *(OPTIONAL + m for m in warm))

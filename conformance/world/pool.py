@@ -59,9 +59,12 @@ class WorldPool:
         fresh: bool = False,
         spawn: bool = False,
         preload: tuple[str, ...] = (),
+        warm: tuple[str, ...] = (),
         launcher: Launcher | None = None,
     ) -> None:
-        """launcher: how ranks start; by default forked from a template, or spawned (spawn)."""
+        """launcher: how ranks start; by default forked from a template, or spawned (spawn).
+        warm: modules the template imports if it can (the frameworks of the run's cells);
+        spawned ranks import them on the first cell that needs them, as before."""
         self.root = Path(tempfile.mkdtemp(prefix="conformance-worlds-", dir=root))
         self.start_timeout_s = start_timeout_s
         self.fresh = fresh
@@ -70,7 +73,7 @@ class WorldPool:
             launcher = (
                 SpawnLauncher()
                 if spawn
-                else ForkLauncher(self.root, preload, start_timeout_s=start_timeout_s)
+                else ForkLauncher(self.root, preload, warm=warm, start_timeout_s=start_timeout_s)
             )
         self.launcher = launcher
         self._worlds: dict[tuple[str, int, str], World] = {}

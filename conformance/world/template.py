@@ -150,7 +150,7 @@ def serve(control_fd: int, modules: list[str]) -> None:
     SIGKILL, and its ranks with it)."""
     control = socket.socket(fileno=control_fd)
     for module in modules:
-        importlib.import_module(module)
+        _import(module)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -192,6 +192,21 @@ def serve(control_fd: int, modules: list[str]) -> None:
             socket.send_fds(control, [_INT.pack(pid)], [status_r])
             os.close(status_r)
             _reap(children)
+
+
+OPTIONAL = "?"  # leads a module the template imports if it can (template_modules' `warm`)
+
+
+def _import(module: str) -> None:
+    """Import a module; one led by OPTIONAL only if it imports (what it raised goes to the
+    template's log, and a cell that needs the module imports it itself and says why it cannot)."""
+    if not module.startswith(OPTIONAL):
+        importlib.import_module(module)
+        return
+    try:
+        importlib.import_module(module.removeprefix(OPTIONAL))
+    except Exception:
+        traceback.print_exc()
 
 
 def _reap(children: dict[int, int]) -> None:
