@@ -9,7 +9,7 @@ from typing import Any
 from conformance.case import Case
 from conformance.layout.builtin import builtin_strategy
 from conformance.strategy.protocol import Strategy
-from conformance.strategy.wrappers import Fsdp2Wrapper
+from conformance.strategy.wrappers import Fsdp1Wrapper, Fsdp2Wrapper
 from tests.broken import Delegating
 
 
@@ -21,6 +21,15 @@ class TpReplicates(Delegating):
 
     def wrap(self, model, ctx):  # type: ignore[no-untyped-def]
         return Fsdp2Wrapper().wrap(model, ctx)
+
+
+class Fsdp1SkipsTp(Delegating):
+    """Asked for FSDP1 over tensor parallelism, applies FSDP1 alone over every rank: no weight
+    is split over "tp" (FSDP1 records no tensor-parallel spec for its flat parameters), and every
+    rank still holds less than the model, so only the layout's sanity rule can tell."""
+
+    def wrap(self, model, ctx):  # type: ignore[no-untyped-def]
+        return Fsdp1Wrapper("full_shard", use_orig_params=True).wrap(model, ctx)
 
 
 class TpIgnored(Delegating):
@@ -102,6 +111,7 @@ def _make(cls: type[Delegating], name: str):  # type: ignore[no-untyped-def]
 
 
 tp_replicates = _make(TpReplicates, "tp_replicates")
+fsdp1_skips_tp = _make(Fsdp1SkipsTp, "fsdp1_skips_tp")
 tp_ignored = _make(TpIgnored, "tp_ignored")
 drops_last_stage = _make(DropsLastStage, "drops_last_stage")
 saves_first_part_only = _make(SavesFirstPartOnly, "saves_first_part_only")

@@ -70,6 +70,11 @@ BROKEN: list[tuple[Callable[[Case], object], Case, list[str]]] = [
         FSDP2_TP,
         ["sanity: rank 0: layers.0.attention.", "is not a shard over mesh dim 'tp'"],
     ),
+    (  # FSDP1 alone where FSDP1 over TP was asked: its flat parameters record no TP spec
+        broken_layouts.fsdp1_skips_tp,
+        Case("fsdp1+orig", "tp", "sd_full", "torch_save", "adamw", "mlp", 4, mesh="2x2"),
+        ["sanity: rank 0: fc1.weight is not a shard over mesh dim 'tp'"],
+    ),
     (
         broken_layouts.tp_ignored,
         TP,

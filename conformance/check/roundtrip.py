@@ -32,6 +32,7 @@ from conformance.check.roundtrip_cells import (
     EP_SLICE,
     FEATURES,
     FLAT_WRAPPERS_AND_APIS,
+    FSDP1_TP_SLICE,
     GATE_OPTIMIZER_SLICE,
     GRAD_DTYPE_SLICE,
     HSDP_TP_SLICE,
@@ -271,6 +272,7 @@ CHECK = Check(
                 (GRAD_DTYPE_SLICE, (1,)),
                 (LAYOUT_SLICE, (2,)),
                 (TP_SLICE, (4,)),  # every (dp, tp) mesh of 4 ranks
+                (FSDP1_TP_SLICE, (4,)),
                 (EP_SLICE, (2, 4)),
                 (PP_FSDP_SLICE, (4,)),  # 2 stages, each FSDP over 2 ranks
             ),
@@ -293,6 +295,7 @@ CHECK = Check(
                 (GRAD_DTYPE_SLICE, (1,)),
                 (LAYOUT_MODELS_SLICE, (2,)),
                 (HSDP_TP_SLICE, (8,)),
+                (FSDP1_TP_SLICE, (4,)),
                 (TP_PROPERTY_SLICE, (2, 4)),
                 (PP_FSDP_SLICE, (2, 4)),
             ),

@@ -10,6 +10,7 @@ from conformance.check.base import Feature
 from conformance.check.slices import (
     EP_WRAPPERS,
     EXPERT_MODELS,
+    FSDP1_TP_WRAPPERS,
     HSDP_TP_WRAPPERS,
     HSDP_WRAPPERS,
     LAYOUT_WRAPPERS,
@@ -153,6 +154,14 @@ EP_SLICE = Slice(
 # layer of a generated MLP): in the full profile.
 TP_PROPERTY_SLICE = dataclasses.replace(TP_SLICE, name="tensor parallel, the MLP", models=("mlp",))
 HSDP_TP_SLICE = Slice("HSDP + TP", HSDP_TP_WRAPPERS, ("dsd_full", "dsd_sharded"), models=("llama",))
+# FSDP1 over TP: its own state-dict types and DSD's, through the storages of the parallel layouts
+FSDP1_TP_SLICE = Slice(
+    "FSDP1 over tensor parallel",
+    FSDP1_TP_WRAPPERS,
+    ("dsd_full", "dsd_sharded", "sd_full", "sd_sharded"),
+    storages=LAYOUT_STORAGES,
+    models=("llama", "mlp"),
+)
 
 
 def _basic(axes: Any) -> bool:
@@ -210,7 +219,7 @@ FEATURES: tuple[Feature, ...] = (
     # under each
     Feature(
         "TP",
-        "tensor parallel alone or on a 2-D / 3-D mesh with FSDP2 (the llama and MLP plans)",
+        "tensor parallel alone, on a 2-D mesh with FSDP2 or FSDP1, on a 3-D mesh with HSDP (the llama and MLP plans)",
         lambda a: a.get("sharding") in ("tp", "hsdp_tp"),
     ),
     Feature(

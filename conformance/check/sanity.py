@@ -20,6 +20,7 @@ from torch import nn
 
 from conformance.case import Case
 from conformance.check.compare import compare_tensors
+from conformance.check.flat_tp import tp_specs
 from conformance.check.snapshot import clean_name, local_tensor
 from conformance.layout.registry import layout_of
 from conformance.models import build_model, model_class, total_elements
@@ -40,16 +41,20 @@ def parallel_params(case: Case) -> tuple[str, dict[str, str]]:
 
 def tp_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
     """Every parameter the layout splits (parallel_params) is, on this rank, a DTensor with a
-    Shard placement on the mesh dimension of that name ("tp", "ep"): a replicated one is
-    neither tensor nor expert parallelism."""
+    Shard placement on the mesh dimension of that name ("tp", "ep"), or a piece FSDP1 flattened
+    from one (conformance.check.flat_tp records its spec): a replicated one is neither tensor nor
+    expert parallelism."""
     dim, expected = parallel_params(case)
     if not expected or ctx.world_size < 2:
         return []
     params = {clean_name(n): p for n, p in model.named_parameters()}
+    flattened = tp_specs(model)  # FSDP1 over DTensors: the spec it recorded for each piece
     problems = []
     for name in sorted(expected):
         param = params.get(name)
-        mesh = getattr(param, "device_mesh", None)
+        if name in flattened and type(param).__name__ != "DTensor":  # a flat parameter's view
+            param = flattened[name]  # a DTensorSpec: device_mesh (as `mesh`), placements
+        mesh = getattr(param, "device_mesh", None) or getattr(param, "mesh", None)
         names = list(getattr(mesh, "mesh_dim_names", None) or ())
         placements = list(getattr(param, "placements", ()))
         if dim not in names or not placements[names.index(dim)].is_shard():

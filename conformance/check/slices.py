@@ -37,6 +37,8 @@ LAYOUT_WRAPPERS: tuple[tuple[str, str], ...] = (
     ("pp", "interleaved"),
 )
 HSDP_TP_WRAPPERS: tuple[tuple[str, str], ...] = (("fsdp2", "hsdp_tp"),)
+# FSDP1 over tensor parallelism on a (dp, tp) mesh (conformance.layout.fsdp1_tp).
+FSDP1_TP_WRAPPERS: tuple[tuple[str, str], ...] = (("fsdp1", "tp"), ("fsdp1+orig", "tp"))
 # Pipeline stages with FSDP2 inside each, on a (stages, dp) mesh of 4 ranks.
 PP_FSDP_WRAPPERS: tuple[tuple[str, str], ...] = (("pp", "fsdp"),)
 # Experts as DTensors over a (dp, ep) mesh (torchtitan's MoE layout), on the moe_dtensor model.

@@ -24,22 +24,15 @@ import torch.distributed as dist
 from torch import nn
 
 from conformance.check.compare import ForeignMesh
+from conformance.check.flat_tp import over_tensor_parallel, whole_tensors
+from conformance.check.names import clean_name
 from conformance.strategy.protocol import StateView, is_state_view
 from conformance.world import RankContext
 from conformance.world.attribution import code_under_test
 
-WRAPPER_SEGMENTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
-
 Snapshot = dict[str, Any]
 # an optimizer, or what holds a framework's optimizer state (TrainState.optimizers)
 Optimizers = torch.optim.Optimizer | Sequence[torch.optim.Optimizer | StateView]
-
-
-def clean_name(fqn: str) -> str:
-    """A parameter name without wrapper segments, for readable keys (e.g. fc1._flat_param)."""
-    for segment in WRAPPER_SEGMENTS:
-        fqn = fqn.replace(segment, "")
-    return fqn.removeprefix("module.")
 
 
 def _is_dtensor(t: Any) -> bool:
@@ -183,6 +176,10 @@ def full_state(
     raw = _raw_state(model, optim, stateful)
     full: Snapshot = {}
     pieces: Snapshot = {}
+    if sharded and over_tensor_parallel(model):  # FSDP1 over DTensors: conformance.check.flat_tp
+        wholes, consumed = whole_tensors(model, raw, ctx)
+        full.update(wholes)
+        raw = {k: v for k, v in raw.items() if k not in consumed}
     for key in sorted(raw):
         value = raw[key]
         if _is_dtensor(value):

@@ -9,7 +9,6 @@ from conformance.layout.base import Layout, Refusal
 from conformance.optim.registry import in_param_groups
 from conformance.precision.registry import precision_of
 from conformance.strategy.builtin import STATE_APIS
-from conformance.strategy.protocol import Wrapper
 from conformance.strategy.wrappers import Fsdp1Wrapper
 
 GROUPS_NEED_ORIG_PARAMS: Refusal = (
@@ -19,10 +18,14 @@ GROUPS_NEED_ORIG_PARAMS: Refusal = (
 )
 
 
-def fsdp1_wrapper(case: Case, use_orig_params: bool, hsdp_shape: tuple[int, int] | None = None) -> Wrapper:
+def fsdp1_wrapper(
+    case: Case, use_orig_params: bool, hsdp_shape: tuple[int, int] | None = None, sharding: str = ""
+) -> Fsdp1Wrapper:
+    """The cell's FSDP1 wrapper; sharding: its ShardingStrategy (lower case) when the cell's
+    sharding axis names a layout rather than one (FSDP1 over TP shards fully over "dp")."""
     api = STATE_APIS["fsdp1"].get(case.api)
     return Fsdp1Wrapper(
-        case.sharding,
+        sharding or case.sharding,
         use_orig_params=use_orig_params,
         mixed=precision_of(case.precision).fsdp1,
         sync_module_states=getattr(api, "sync_module_states", False),

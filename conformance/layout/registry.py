@@ -10,6 +10,7 @@ from conformance.layout import (
     data_parallel,
     experts,
     fsdp1,
+    fsdp1_tp,
     fsdp2,
     hsdp,
     pipeline,
@@ -29,6 +30,7 @@ LAYOUTS: dict[tuple[str, str], Layout] = {
         fsdp2,
         wrapped_units,
         tensor_parallel,
+        fsdp1_tp,
         experts,
         pipeline,
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from conformance.strategy.wrappers import fully_shard_model
+from conformance.strategy.wrappers import Fsdp1Wrapper, fully_shard_model
 from conformance.world import RankContext
 
 TP_DIM = "tp"
@@ -68,6 +68,21 @@ class Fsdp2TpWrapper:
         model = tensor_parallel(model.to(ctx.device), mesh[TP_DIM])
         dp = mesh[MESH_DIMS[len(self.mesh_shape)][:-1]]
         return fully_shard_model(model, dp, ctx)
+
+
+@dataclass(frozen=True)
+class Fsdp1TpWrapper:
+    """FSDP1 over tensor parallelism on a (dp, tp) mesh, as PyTorch's 2-D FSDP1 tests build it:
+    the model's plan on "tp", then FullyShardedDataParallel with `device_mesh` the "dp"
+    dimension (the wrapper's options, e.g. use_orig_params, as `fsdp`'s)."""
+
+    mesh_shape: tuple[int, int]
+    fsdp: Fsdp1Wrapper
+
+    def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
+        mesh = parallel_mesh(ctx, self.mesh_shape)
+        model = tensor_parallel(model.to(ctx.device), mesh[TP_DIM])
+        return self.fsdp.wrap(model, ctx, device_mesh=mesh["dp"])
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,9 @@ class Fsdp1Wrapper:
     sync_module_states: bool = False  # broadcast rank 0's weights while wrapping
     hsdp_shape: tuple[int, int] | None = None  # HYBRID_SHARD*'s (replicate, shard) mesh
 
-    def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
+    def wrap(self, model: nn.Module, ctx: RankContext, device_mesh: Any = None) -> nn.Module:
+        """device_mesh: the data-parallel mesh to shard over (FSDP1 over tensor parallelism);
+        by default the HSDP mesh of hsdp_shape, else every rank."""
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.distributed.fsdp import MixedPrecision
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
@@ -128,7 +130,9 @@ class Fsdp1Wrapper:
         return FSDP(
             model,
             auto_wrap_policy=ModuleWrapPolicy(set(getattr(model, "wrap_units", (nn.Linear,)))),
-            device_mesh=hsdp_mesh(ctx, self.hsdp_shape) if self.hsdp_shape else None,
+            device_mesh=device_mesh
+            if device_mesh is not None
+            else (hsdp_mesh(ctx, self.hsdp_shape) if self.hsdp_shape else None),
             **common,
         )
 
