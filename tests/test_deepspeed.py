@@ -8,8 +8,9 @@ import dataclasses
 from collections.abc import Callable, Iterator
 
 import pytest
+import torch
 
-from conformance.adapters.deepspeed import UNIVERSAL, ZERO, installed_op
+from conformance.adapters.deepspeed import FP16_CPU_REASON, UNIVERSAL, ZERO, installed_op
 from conformance.case import Case, Transfer
 from conformance.check.registry import CHECKS
 from conformance.outcome import Outcome
@@ -21,6 +22,12 @@ needs_deepspeed = pytest.mark.skipif(
     not installed_op(),
     reason="deepspeed is not installed with its shared-memory op (python -m conformance libraries --install)",
 )
+
+
+# DeepSpeed's fp16 mode on the CPU needs oneDNN's fp16 kernels (the adapter's skips_on): where the
+# host lacks them, the fp16 cells are skips that say so (test_fp16_cells_skip_...), and the broken
+# strategies of the loss scaler run on a host that has them
+needs_fp16 = pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_fp16_supported(), reason=FP16_CPU_REASON)
 
 
 def roundtrip(stage: str, optimizer: str = "adamw+sched", precision: str = "") -> str:
@@ -50,8 +57,12 @@ def test_every_stage_round_trips(pool: WorldPool, stage: str) -> None:
 
 CAUGHT = [
     ("zero2", broken_deepspeed.loads_module_only, "optim/"),
-    ("zero2+fp16_mp", broken_deepspeed.restarts_the_loss_scale, "scaler/cur_scale"),
-    ("zero3+fp16_mp", broken_deepspeed.restarts_the_loss_scale, "scaler/cur_iter"),
+    pytest.param(
+        "zero2+fp16_mp", broken_deepspeed.restarts_the_loss_scale, "scaler/cur_scale", marks=needs_fp16
+    ),
+    pytest.param(
+        "zero3+fp16_mp", broken_deepspeed.restarts_the_loss_scale, "scaler/cur_iter", marks=needs_fp16
+    ),
     ("zero2", broken_deepspeed.loads_module_only, "scheduler/"),
     ("zero1", broken_deepspeed.bumps_a_moment, "exp_avg"),
     ("zero3", broken_deepspeed.bumps_a_moment, "exp_avg"),
@@ -63,7 +74,9 @@ CAUGHT = [
 
 @needs_deepspeed
 @pytest.mark.parametrize(
-    ("stage", "factory", "needle"), CAUGHT, ids=[f"{c[1].__name__}-{c[0]}-{c[2]}" for c in CAUGHT]
+    ("stage", "factory", "needle"),
+    CAUGHT,
+    ids=[f"{c[1].__name__}-{c[0]}-{c[2]}" for c in (p.values if hasattr(p, "values") else p for p in CAUGHT)],
 )
 def test_the_check_catches_a_broken_variant(
     pool: WorldPool, stage: str, factory: Callable[[Case], object], needle: str
@@ -78,6 +91,24 @@ def test_the_check_catches_a_broken_variant(
 
 
 @needs_deepspeed
+def test_fp16_cells_skip_where_the_cpu_has_no_fp16_kernels(pool: WorldPool) -> None:
+    """A host without oneDNN fp16 kernels: DeepSpeed refuses its fp16 mode, and the cell says so
+    as a skip (never an error of DeepSpeed's checkpoint); a host with them runs it."""
+    result = run_case(
+        pool,
+        cell("roundtrip", roundtrip("zero2", "adamw", "fp16_mp")),
+        backend="gloo",
+        timeout_s=180,
+        registered=ZERO,
+    )
+    if torch.ops.mkldnn._is_mkldnn_fp16_supported():
+        assert result.outcome is Outcome.PASS, result.detail
+    else:
+        assert (result.outcome, result.detail) == (Outcome.SKIP, FP16_CPU_REASON)
+
+
+@needs_deepspeed
+@needs_fp16
 def test_fp16_not_in_effect_is_an_error_never_a_pass(pool: WorldPool) -> None:
     broken = dataclasses.replace(ZERO, factory=broken_deepspeed.leaves_fp16_unconfigured)
     cell_id = roundtrip("zero2", "adamw", "fp16_mp")

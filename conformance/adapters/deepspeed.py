@@ -268,14 +268,27 @@ class DeepSpeedUniversal(DeepSpeedZero):
         dist.barrier()
 
 
+FP16_CPU_REASON = (
+    "DeepSpeed's CPU accelerator takes its fp16 mode only where oneDNN has fp16 kernels "
+    "(CPU_Accelerator.is_fp16_supported: torch.ops.mkldnn._is_mkldnn_fp16_supported()), which this CPU "
+    "lacks: deepspeed.initialize refuses ('Type fp16 is not supported on your device'); these cells run "
+    "on a CPU with AVX512-FP16 or AMX-FP16, or on a GPU runner (nccl)"
+)
+
+
 def skips_on(cell: Case | Transfer, backend: str) -> str | None:
-    """Without its prebuilt shared-memory op, DeepSpeed compiles one in the first cell's world."""
+    """Without its prebuilt shared-memory op, DeepSpeed compiles one in the first cell's world;
+    its fp16 mode on a CPU needs oneDNN's fp16 kernels (a host without them skips those cells)."""
     if not installed_op():
         return (
             "deepspeed was installed without its prebuilt shared-memory op, which its CPU backend would "
             "compile inside the first cell: DS_BUILD_SHM_COMM=1 pip install --no-cache-dir "
             "--no-build-isolation deepspeed"
         )
+    sides = (cell.save, cell.load) if isinstance(cell, Transfer) else (cell,)
+    fp16 = any(precision_of(c.precision).computes_in == torch.float16 for c in sides)
+    if fp16 and backend == "gloo" and not torch.ops.mkldnn._is_mkldnn_fp16_supported():
+        return FP16_CPU_REASON
     return None
 
 
