@@ -86,6 +86,9 @@ def worker(rank, tmp, port):
         res = {"setup_error": traceback.format_exc()}
     with open(os.path.join(tmp, f"rank{rank}.json"), "w") as f:
         json.dump(res, f, default=repr)
+    # No teardown: gloo's threads can abort the process as it exits ("terminate called without an
+    # active exception", SIGABRT) after the result is written; leave at once.
+    os._exit(0)
 
 
 def main():
