@@ -13,9 +13,10 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from conformance.case import seed_of
 from conformance.check.roundtrip import RoundTrip, run_roundtrip
 from conformance.matrix import cases
-from conformance.runner import RANK_PRELOAD, case_seed
+from conformance.runner import RANK_PRELOAD
 from conformance.world import WorldPool
 from conformance.world.launcher import ForkLauncher, Launcher, SpawnLauncher
 
@@ -27,7 +28,7 @@ def main() -> None:
     parser.add_argument("--case", default="fsdp2-dsd_sharded-dcp-adamw-mlp-w2")
     args = parser.parse_args()
     case = next(c for c in cases("full") if c.id == args.case)
-    spec, seed = RoundTrip(case), case_seed(case)
+    spec, seed = RoundTrip(case), seed_of(case)
     root = Path(tempfile.mkdtemp(prefix="bench-fresh-"))
     launcher: Launcher = ForkLauncher(root, RANK_PRELOAD) if args.launcher == "fork" else SpawnLauncher()
     with WorldPool(root, fresh=True, preload=RANK_PRELOAD, launcher=launcher) as pool:

@@ -17,15 +17,14 @@ from typing import Any
 
 from bare import Bare, bare_loop  # a module: ranks import cell functions by name
 
-from conformance.case import Case
+from conformance.case import Case, seed_of
 from conformance.check.roundtrip import RoundTrip, run_roundtrip
 from conformance.matrix import cases
-from conformance.runner import case_seed
 from conformance.world import WorldPool
 
 
 def measure(case: Case, n: int, repeats: int) -> dict[str, Any]:
-    spec, seed = RoundTrip(case), case_seed(case)
+    spec, seed = RoundTrip(case), seed_of(case)
     harness, bare = [], []
     with WorldPool() as pool:
         assert (

@@ -95,8 +95,9 @@ def run_in_this_world(case: Case, backend_choice: str) -> int:
     import torch
     import torch.distributed as dist
 
+    from conformance.case import seed_of
     from conformance.check.roundtrip import RoundTrip, run_roundtrip
-    from conformance.runner import case_seed, resolve_backend
+    from conformance.runner import resolve_backend
     from conformance.world import RankContext
     from conformance.world.devices import process_group_backend
     from conformance.world.torchrun import torchrun_device
@@ -107,7 +108,7 @@ def run_in_this_world(case: Case, backend_choice: str) -> int:
         raise SystemExit(f"{case.id} needs {case.world_size} processes, torchrun started {size}")
     device = torchrun_device(backend)
     dist.init_process_group(process_group_backend(backend))
-    seed = case_seed(case)
+    seed = seed_of(case)
     torch.manual_seed(seed)
     shared = [tempfile.mkdtemp(prefix="conformance-repro-") if rank == 0 else None]
     dist.broadcast_object_list(shared, src=0)

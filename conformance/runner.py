@@ -82,11 +82,6 @@ def environment_skip(case: Case, backend: str) -> str | None:
     return None
 
 
-def case_seed(case: Cell) -> int:
-    """Stable across runs and xdist workers (Python's hash() is not)."""
-    return seed_of(case)
-
-
 def _not_here(cell: Cell, backend: str, registered: RegisteredStrategy | None) -> tuple[Outcome, str] | None:
     """Unsupported by design (the strategy's declaration, then the matrix's rules: the order a
     covering run folds them in), else a skip: the strategy's own, then the environment's."""
@@ -171,7 +166,7 @@ def _run_case(
     verdict = _not_here(case, backend, registered)
     if verdict:
         return CellResult(case.id, axes, verdict[0], verdict[1], 0.0)
-    phases = Phases(pool, backend, timeout_s, seed=case_seed(case), shared=shared)
+    phases = Phases(pool, backend, timeout_s, seed=seed_of(case), shared=shared)
     saving = case.save if isinstance(case, Transfer) else case
     storage = registered.storage if registered is not None else STORAGES.get(saving.storage)
     under = Under(

@@ -23,11 +23,11 @@ from typing import Any
 
 import torch
 
-from conformance.case import Case
+from conformance.case import Case, seed_of
 from conformance.check.phases import PhaseError, Phases
 from conformance.check.transfer import LoadSpec, SaveSpec, load_phase, load_verdict, save_phase
 from conformance.outcome import CellResult, Outcome
-from conformance.runner import RANK_PRELOAD, case_seed
+from conformance.runner import RANK_PRELOAD
 from conformance.strategy.under_test import LOADING_CALLS
 from conformance.world import WorldPool
 
@@ -92,7 +92,7 @@ def decode(value: Any) -> Any:
 
 
 def _phases(pool: WorldPool, case: Case) -> Phases:
-    return Phases(pool, "gloo", TIMEOUT_S, seed=case_seed(case))
+    return Phases(pool, "gloo", TIMEOUT_S, seed=seed_of(case))
 
 
 def save_all(out: Path, only: str = "*") -> None:
