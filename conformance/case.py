@@ -127,7 +127,7 @@ class Case:
             raise ValueError(f"unknown state-dict API {self.api!r}; known: {sorted(API_KINDS)}")
         if self.world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {self.world_size}")
-        optimizer_axes(self.optimizer)  # raises on a word outside the grammar
+        _optimizer_axes(self.optimizer)  # raises on a word outside the grammar (cached)
         if self.mesh and (
             len(self.mesh.split("x")) not in (2, 3)
             or not all(d.isdigit() and int(d) > 0 for d in self.mesh.split("x"))
@@ -169,7 +169,7 @@ class Case:
         config = f"{self.wrapper_token}-{self.api}-{self.storage}"
         return f"{self.strategy}-{config}" if self.strategy else config
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
         """Readable and stable: built from the axes only, e.g. fsdp2-dsd_sharded-dcp-adamw-mlp-w2;
         other checks than the round trip lead with their name (resume-fsdp2-...) and end with
@@ -231,7 +231,7 @@ class Transfer:
     def family(self) -> str:
         return self.save.family
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
         """reshard-<save cell>-to-w<M>; relayout-<save cell>-to-<load layout>;
         interop-<save config>-to-<load config>-<optimizer>-<model>-w<N>."""

@@ -11,6 +11,7 @@ results; the CI baseline takes its reasons and links from them.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import importlib.resources
 import re
 import sys
@@ -198,15 +199,24 @@ def findings_path() -> Path:
 def load_findings(path: Path | None = None) -> list[Finding]:
     """The findings of a findings.toml ([[finding]] tables), by default this installation's
     (findings_path); [] when there is no such file."""
-    path = findings_path() if path is None else path
-    if not Path(path).exists():
+    path = Path(findings_path() if path is None else path)
+    if not path.exists():
         return []
-    data = tomllib.loads(Path(path).read_text())
+    stat = path.stat()
+    return list(_parsed(path, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(path: Path, mtime_ns: int, size: int) -> tuple[Finding, ...]:
+    """A findings file parsed once per version of it (its modification time and size name the
+    version): collecting a covering profile reads it for every check and strategy (132 times in
+    `pytest cases --matrix ci`, 2 s of each pytest start)."""
+    data = tomllib.loads(path.read_text())
     findings = [_finding(e, f"{path} finding #{i + 1}") for i, e in enumerate(data.get("finding", []))]
     ids = [f.id for f in findings]
     if len(ids) != len(set(ids)):
         raise ValueError(f"{path}: finding ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
-    return findings
+    return tuple(findings)
 
 
 def explaining(cell: CellResult, findings: list[Finding]) -> list[Finding]:

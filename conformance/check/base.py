@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from conformance.case import Case, Transfer
 from conformance.check.phases import Phases
-from conformance.check.slices import PairParts, Parts
+from conformance.check.slices import PairParts, Parts, configurations
 from conformance.layout.builtin import builtin_strategy
 from conformance.outcome import Outcome
 from conformance.strategy.protocol import Strategy
@@ -121,7 +121,11 @@ class CaseCells:
         # has tens of thousands of them per strategy, and few distinct ones)
         if not self.kinds:
             return []
-        own = {mine(strategy, c, self.kinds[0]) for c in self._configurations(check, profile)}
+        kind, storage = self.kinds[0], strategy.storage.name
+        own = {
+            Case(w, s, kind, storage, o, m, ws, p, check, strategy=strategy.name, mesh=mesh)
+            for w, s, o, m, ws, p, mesh in configurations(self.parts.get(profile, ()), check)
+        }  # each as mine() makes it
         return _sorted(
             {
                 dataclasses.replace(c, api=k, variant=v)

@@ -4,9 +4,11 @@ declares per profile (conformance.check.base)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from conformance.case import Case
 from conformance.layout.registry import LAYOUTS
@@ -100,22 +102,71 @@ class Slice:
     kinds: tuple[str, ...] | None = None  # only APIs of these state-dict kinds
 
     def cases(self, world_sizes: tuple[int, ...], check: str = "roundtrip") -> list[Case]:
-        out = []
-        for wrapper, sharding in self.wrappers:
-            layout = LAYOUTS[(wrapper, sharding)]
-            apis = [a for a in sorted(layout.apis) if self.apis is None or a in self.apis]
-            for api, storage, optimizer, model, precision, ws in itertools.product(
-                apis,
-                self.storages,
-                _values(self.optimizers),
-                self.models,
-                _values(self.precisions),
-                world_sizes,
-            ):
-                case = Case(wrapper, sharding, api, storage, optimizer, model, ws, precision, check)
-                if self.kinds is None or case.kind in self.kinds:
-                    out.extend(dataclasses.replace(case, mesh=mesh) for mesh in layout.meshes(ws))
-        return out
+        return list(self.product(world_sizes, check))
+
+    def product(self, world_sizes: tuple[int, ...], check: str = "roundtrip") -> tuple[Case, ...]:
+        """The cells, made once per process for the same values: the axes' values as they are
+        now (a registry's, read here) and the layout objects registered now."""
+        layouts = tuple((w, s, Same(LAYOUTS[(w, s)])) for w, s in self.wrappers)
+        values = (self.storages, _values(self.optimizers), self.models, _values(self.precisions))
+        return _product(layouts, self.apis, values, self.kinds, world_sizes, check)
+
+
+@dataclass(frozen=True, eq=False)
+class Same:
+    """An object as a key of a cache: the same object, not an equal one (a layout holds dicts,
+    so has no hash of its value; a product is large). The cache keeps it alive, so its id is
+    never another's."""
+
+    obj: Any
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Same) and other.obj is self.obj
+
+
+@functools.lru_cache(maxsize=4096)
+def _product(
+    layouts: tuple[tuple[str, str, Same], ...],
+    only_apis: tuple[str, ...] | None,
+    values: tuple[tuple[str, ...], ...],
+    kinds: tuple[str, ...] | None,
+    world_sizes: tuple[int, ...],
+    check: str,
+) -> tuple[Case, ...]:
+    out = []
+    for wrapper, sharding, registered in layouts:
+        layout = registered.obj
+        apis = [a for a in sorted(layout.apis) if only_apis is None or a in only_apis]
+        for api, (storage, optimizer, model, precision), ws in itertools.product(
+            apis, itertools.product(*values), world_sizes
+        ):
+            case = Case(wrapper, sharding, api, storage, optimizer, model, ws, precision, check)
+            if kinds is None or case.kind in kinds:
+                out.extend(dataclasses.replace(case, mesh=mesh) for mesh in layout.meshes(ws))
+    return tuple(out)
+
+
+# A configuration without its API, storage, variant and strategy: wrapper, sharding, optimizer,
+# model, world size, precision, mesh (what a registered strategy's cell keeps of a built-in one).
+Configuration = tuple[str, str, str, str, int, str, str]
+
+
+def configurations(parts: Parts, check: str) -> frozenset[Configuration]:
+    """The distinct configurations of a profile's parts, whatever their API and storage: a large
+    declaration has millions of cells and few of these."""
+    return _configurations(tuple(Same(slice_.product(sizes, check)) for slice_, sizes in parts))
+
+
+@functools.lru_cache(maxsize=256)
+def _configurations(products: tuple[Same, ...]) -> frozenset[Configuration]:
+    return frozenset(
+        (c.wrapper, c.sharding, c.optimizer, c.model, c.world_size, c.precision, c.mesh)
+        for product in products
+        for c in product.obj
+    )
 
 
 # A profile's part of a check: slices, each at some world sizes (or reshard pairs).
