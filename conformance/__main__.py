@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="set each finding's torch versions in the findings data from these tables",
     )
-    from conformance.versions import crossversion, libraries, publish
+    from conformance.versions import crossversion, libraries, publish, reproduce
 
     # the commands that live in a module of their own: (module, its run function, help)
     modules = {
@@ -66,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
             crossversion,
             crossversion.crossversion,
             "save with one torch version, load with another: the grid under reports/crossversion/",
+        ),
+        "reproduce": (
+            reproduce,
+            reproduce.main,
+            "run the findings' standalone scripts and record those that reproduce (reports/findings/verified.json)",
         ),
         "publish": (
             publish,

@@ -3,10 +3,7 @@ reports and the baseline say which finding explains which cell."""
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
-import tempfile
+import os
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,7 @@ from conformance.baseline import render_baseline
 from conformance.findings import FINDINGS_PATH, load_findings
 from conformance.outcome import CellResult, Outcome
 from conformance.report.findings_md import render_findings
+from conformance.versions import reproduce
 
 ROOT = Path(__file__).resolve().parent.parent
 FINDINGS = load_findings()
@@ -33,72 +31,55 @@ def test_the_published_findings_are_valid_and_every_bug_has_a_script() -> None:
 
 @pytest.mark.parametrize("finding", BUGS, ids=lambda f: f.id)
 def test_each_bug_still_reproduces_without_the_suite(finding) -> None:  # type: ignore[no-untyped-def]
-    missing = [name for name in finding.frameworks if importlib.util.find_spec(name) is None]
+    """The script exits 1 and says BUG PRESENT. Where reports/findings/verified.json records a
+    run that did, of this script as it is now, under this torch and these frameworks
+    (`python -m conformance reproduce`), the test is a skip that says so: only a script changed
+    since, or another torch, runs here (CONFORMANCE_RERUN_REPRO=1: every one runs)."""
+    missing = reproduce.missing_frameworks(finding)
     if missing:
         pytest.skip(f"{finding.repro} needs {missing}")
-    if finding.repro_pair:
-        proc = _across_versions(finding, ROOT)
-    else:
-        proc = subprocess.run(
-            [_python(finding.repro_torch, finding.repro), finding.repro],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    out = proc.stdout + proc.stderr
-    if proc.returncode == 2 and "CANNOT SHOW HERE:" in out:  # a filesystem or device it needs
-        pytest.skip(out.split("CANNOT SHOW HERE:", 1)[1].strip().splitlines()[0])
-    if proc.returncode == 0:
-        pytest.fail(f"{finding.id} no longer reproduces on this torch: update reports/findings.toml\n{out}")
-    assert proc.returncode == 1 and "BUG PRESENT" in out, out  # 2: the script itself failed
-
-
-def _python(version: str, repro: str) -> str:
-    """The interpreter a script runs under: this one, or a bug of older torch only's version's
-    cached venv."""
-    if not version:
-        return sys.executable
-    return _venv_pythons((version,), f"{repro} shows a bug of torch {version}, fixed in this suite's own")[0]
-
-
-def _venv_pythons(versions: tuple[str, ...], why: str) -> list[str]:
-    """Each version's cached venv's python; a skip saying why they are needed and which are not made."""
-    from conformance.versions.venv import TorchVenv, default_root
-
-    venvs = [TorchVenv(v, default_root()) for v in versions]
-    absent = [v.version for v in venvs if not v.python.exists()]
-    if absent:
+    record = None if os.environ.get("CONFORMANCE_RERUN_REPRO") else reproduce.record_of(finding, ROOT)
+    if record is not None:
         pytest.skip(
-            f"{why}: no venv of {absent} under {default_root()} "
-            "(python -m conformance publish --torch V --install-only)"
+            f"reproduced on torch {record['torch']} at {record['utc']} ({reproduce.VERIFIED}), "
+            "the script unchanged since"
         )
-    return [str(v.python) for v in venvs]
+    try:
+        run = reproduce.run_script(finding, ROOT)
+    except reproduce.Unavailable as exc:
+        pytest.skip(str(exc))
+    if run.cannot_show_here:  # a filesystem or device it needs
+        pytest.skip(run.cannot_show_here)
+    if run.returncode == 0:
+        pytest.fail(
+            f"{finding.id} no longer reproduces on this torch: update reports/findings.toml\n{run.output}"
+        )
+    assert run.reproduced, run.output  # 2: the script itself failed
 
 
-def _across_versions(finding, root: Path) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
-    """A cross-version bug's script: save under the pair's first torch, load under the second,
-    each in its cached venv; a skip naming them where they are not made."""
-    saving, loading = _venv_pythons(
-        finding.repro_pair,
-        f"{finding.repro} saves with torch {finding.repro_pair[0]} and loads with {finding.repro_pair[1]}",
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        saved = subprocess.run(
-            [saving, finding.repro, "save", tmp],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert saved.returncode == 0, saved.stdout + saved.stderr
-        return subprocess.run(
-            [loading, finding.repro, "load", tmp],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+def test_a_changed_script_is_not_taken_as_recorded(tmp_path: Path) -> None:
+    """A record names the script's bytes, its torch and its frameworks: change any, and the
+    script runs again."""
+    finding = next(f for f in BUGS if not f.repro_pair and not f.repro_torch and not f.frameworks)
+    script = tmp_path / finding.repro
+    script.parent.mkdir(parents=True)
+    script.write_text("print('BUG PRESENT'); raise SystemExit(1)\n")
+    (tmp_path / reproduce.VERIFIED).parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "finding": finding.id,
+        "torch": reproduce.torch_key(finding),
+        "sha256": reproduce.sha256(finding, tmp_path),
+        "frameworks": {},
+        "utc": "now",
+    }
+    reproduce.save_records([record], tmp_path)
+    assert reproduce.record_of(finding, tmp_path) == record
+    assert reproduce.run_script(finding, tmp_path).reproduced
+    script.write_text("print('BUG PRESENT'); raise SystemExit(1)  # changed\n")
+    assert reproduce.record_of(finding, tmp_path) is None
+    reproduce.save_records([{**record, "torch": "0.0.0"}], tmp_path)
+    script.write_text("print('BUG PRESENT'); raise SystemExit(1)\n")
+    assert reproduce.record_of(finding, tmp_path) is None
 
 
 def _cell(cell_id: str, outcome: Outcome, detail: str) -> CellResult:

@@ -74,7 +74,7 @@ def test_k_sharded_runs_only_sharded_cells_and_xdist_agrees(tmp_path: Path) -> N
     """-k sharded selects every sharded round-trip cell of the run (ci-product: a covering run
     with -k enumerates no unsupported cell, and this one counts them): the built-in matrix's and
     those of the installed entry-point strategies (the adapters, when their frameworks are
-    installed), collected here; the built-in ones run serially and under xdist, with the same
+    installed), collected here; the built-in DCP ones run serially and under xdist, with the same
     outcome for each (the adapters' cells run in their own tests and in the gated ci slice:
     running them here too cost most of this test's 6 minutes)."""
     from conformance.matrix import run_cells
@@ -83,11 +83,17 @@ def test_k_sharded_runs_only_sharded_cells_and_xdist_agrees(tmp_path: Path) -> N
 
     every = {c.id for c in run_cells(build_registry([]), "ci-product", "roundtrip") if c.kind == "sharded"}
     assert collected_ids("--matrix", "ci-product", "-k", SHARDED_ROUNDTRIP) == every
-    builtin = ("--matrix", "ci-product", "-k", SHARDED_ROUNDTRIP, "--strategy", "builtin")
+    # run: the DCP cells, every layout of the slice among them (37 of the 122 that run: the
+    # whole slice twice cost 150 s of the suite's own tests)
+    run_k = f"{SHARDED_ROUNDTRIP} and -dcp-"
+    builtin = ("--matrix", "ci-product", "-k", run_k, "--strategy", "builtin")
     code0, serial, log0 = run_cases(tmp_path, *builtin, "-n", "0", name="serial")
     code2, parallel, log2 = run_cases(tmp_path, *builtin, "-n", "2", name="xdist")
     registry = build_registry(["builtin"])
-    sharded = [c for c in run_cells(registry, "ci-product", "roundtrip") if c.kind == "sharded"]
+    sharded = [
+        c for c in run_cells(registry, "ci-product", "roundtrip") if c.kind == "sharded" and "-dcp-" in c.id
+    ]
+    assert {c.wrapper_token for c in sharded} >= {"ddp", "fsdp1_full_shard", "fsdp2", "fsdp2_tp", "pp", "tp"}
     expected_ids = {c.id for c in sharded if not why_unsupported(registry, c)}  # the rest: rules
     assert expected_ids <= every  # equal where no adapter is installed
     assert set(outcomes(serial)) == expected_ids, log0
