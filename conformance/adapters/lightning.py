@@ -274,6 +274,7 @@ TRAINER_FSDP = RegisteredStrategy(
     imports=("lightning.pytorch",),
     description="lightning.pytorch.strategies.FSDPStrategy as the Trainer drives it "
     "(lightning_module_state_dict, optimizer_state, save_checkpoint, load_checkpoint); on the CPU a "
-    'configuration the Trainer itself refuses ("FSDP is only available on GPU"): the adapter builds '
+    'configuration the Trainer itself refuses (lightning 2.6: "The strategy `fsdp` requires a GPU '
+    'accelerator"): the adapter builds '
     "the strategy object inside the world's process group",
 )
