@@ -202,16 +202,14 @@ def load_findings(path: Path | None = None) -> list[Finding]:
     path = Path(findings_path() if path is None else path)
     if not path.exists():
         return []
-    stat = path.stat()
-    return list(_parsed(path, stat.st_mtime_ns, stat.st_size))
+    return list(_parsed(str(path), path.read_text()))
 
 
 @functools.lru_cache(maxsize=16)
-def _parsed(path: Path, mtime_ns: int, size: int) -> tuple[Finding, ...]:
-    """A findings file parsed once per version of it (its modification time and size name the
-    version): collecting a covering profile reads it for every check and strategy (132 times in
-    `pytest cases --matrix ci`, 2 s of each pytest start)."""
-    data = tomllib.loads(path.read_text())
+def _parsed(path: str, text: str) -> tuple[Finding, ...]:
+    """A findings file parsed once per text of it: collecting a covering profile reads it for
+    every check and strategy (132 times in `pytest cases --matrix ci`, 2 s of each pytest start)."""
+    data = tomllib.loads(text)
     findings = [_finding(e, f"{path} finding #{i + 1}") for i, e in enumerate(data.get("finding", []))]
     ids = [f.id for f in findings]
     if len(ids) != len(set(ids)):
