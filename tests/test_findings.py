@@ -40,9 +40,9 @@ def test_each_bug_still_reproduces_without_the_suite(finding) -> None:  # type: 
         pytest.skip(f"{finding.repro} needs {missing}")
     record = None if os.environ.get("CONFORMANCE_RERUN_REPRO") else reproduce.record_of(finding, ROOT)
     if record is not None:
-        pytest.skip(
-            f"reproduced on torch {record['torch']} at {record['utc']} ({reproduce.VERIFIED}), "
-            "the script unchanged since"
+        pytest.skip(  # one reason for all, so that -ra lists them as one line
+            f"reproduced on torch {record['torch']}, the script unchanged since "
+            f"({reproduce.VERIFIED} says when; CONFORMANCE_RERUN_REPRO=1 runs it)"
         )
     try:
         run = reproduce.run_script(finding, ROOT)
