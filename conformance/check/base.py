@@ -101,7 +101,7 @@ class CaseCells:
 
     def _configurations(self, check: str, profile: str) -> list[Case]:
         parts = self.parts.get(profile, ())
-        return _sorted({case for slice_, sizes in parts for case in slice_.cases(sizes, check)})
+        return _sorted({case for slice_, sizes in parts for case in slice_.product(sizes, check)})
 
     def cells(self, check: str, profile: str) -> list[Case]:
         if not self.builtin:
@@ -121,11 +121,7 @@ class CaseCells:
         # has tens of thousands of them per strategy, and few distinct ones)
         if not self.kinds:
             return []
-        kind, storage = self.kinds[0], strategy.storage.name
-        own = {
-            Case(w, s, kind, storage, o, m, ws, p, check, strategy=strategy.name, mesh=mesh)
-            for w, s, o, m, ws, p, mesh in configurations(self.parts.get(profile, ()), check)
-        }  # each as mine() makes it
+        own = {mine(strategy, c, self.kinds[0]) for c in configurations(self.parts.get(profile, ()), check)}
         return _sorted(
             {
                 dataclasses.replace(c, api=k, variant=v)

@@ -149,24 +149,22 @@ def _product(
     return tuple(out)
 
 
-# A configuration without its API, storage, variant and strategy: wrapper, sharding, optimizer,
-# model, world size, precision, mesh (what a registered strategy's cell keeps of a built-in one).
-Configuration = tuple[str, str, str, str, int, str, str]
-
-
-def configurations(parts: Parts, check: str) -> frozenset[Configuration]:
-    """The distinct configurations of a profile's parts, whatever their API and storage: a large
-    declaration has millions of cells and few of these."""
+def configurations(parts: Parts, check: str) -> tuple[Case, ...]:
+    """One cell of each configuration of a profile's parts, whatever its API, storage and
+    variant (what a registered strategy's cell keeps of a built-in one, check.base.mine): a
+    large declaration has millions of cells and few of these."""
     return _configurations(tuple(Same(slice_.product(sizes, check)) for slice_, sizes in parts))
 
 
 @functools.lru_cache(maxsize=256)
-def _configurations(products: tuple[Same, ...]) -> frozenset[Configuration]:
-    return frozenset(
-        (c.wrapper, c.sharding, c.optimizer, c.model, c.world_size, c.precision, c.mesh)
-        for product in products
-        for c in product.obj
-    )
+def _configurations(products: tuple[Same, ...]) -> tuple[Case, ...]:
+    first: dict[tuple[Any, ...], Case] = {}
+    for product in products:
+        for c in product.obj:
+            first.setdefault(
+                (c.wrapper, c.sharding, c.optimizer, c.model, c.world_size, c.precision, c.mesh), c
+            )
+    return tuple(first.values())
 
 
 # A profile's part of a check: slices, each at some world sizes (or reshard pairs).
