@@ -74,13 +74,7 @@ def missing_frameworks(finding: Finding) -> list[str]:
 
 def frameworks(finding: Finding) -> dict[str, str]:
     """The installed versions of what the script needs besides torch (this python's)."""
-    out = {}
-    for name in finding.frameworks:
-        try:
-            out[name] = importlib.metadata.version(name.replace("_", "-"))
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = importlib.metadata.version(name)
-    return out
+    return {name: importlib.metadata.version(name) for name in finding.frameworks}
 
 
 def sha256(finding: Finding, root: Path = ROOT) -> str:
@@ -129,11 +123,14 @@ def load_records(root: Path = ROOT) -> list[dict[str, object]]:
     return json.loads(path.read_text())["runs"] if path.exists() else []
 
 
-def record_of(finding: Finding, root: Path = ROOT) -> dict[str, object] | None:
+def record_of(
+    finding: Finding, root: Path = ROOT, records: list[dict[str, object]] | None = None
+) -> dict[str, object] | None:
     """The record of a run that reproduced this finding's script as it is now, under this torch
-    and these frameworks; None where there is none."""
+    and these frameworks; None where there is none. records: those read already (default: the
+    file's)."""
     want = {"finding": finding.id, "sha256": sha256(finding, root), "torch": torch_key(finding)}
-    for record in load_records(root):
+    for record in load_records(root) if records is None else records:
         if all(record.get(k) == v for k, v in want.items()) and record.get("frameworks") == frameworks(
             finding
         ):
@@ -165,10 +162,11 @@ def main(args: argparse.Namespace) -> int:
     failed = 0
     for i, finding in enumerate(chosen, 1):
         head = f"[{i}/{len(chosen)}] {finding.id}"
-        if missing_frameworks(finding):
-            print(f"{head}: not run: it needs {missing_frameworks(finding)}", flush=True)
+        missing = missing_frameworks(finding)
+        if missing:
+            print(f"{head}: not run: it needs {missing}", flush=True)
             continue
-        if not args.all and record_of(finding):
+        if not args.all and record_of(finding, records=records):
             print(f"{head}: recorded, unchanged", flush=True)
             continue
         start = time.monotonic()
