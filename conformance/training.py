@@ -77,13 +77,11 @@ def train(
     scaler: the cell's GradScaler (its precision scales the loss): the loss is scaled for the
     backward and `scaler.step(optim)`, `scaler.update()` step, as the AMP recipe does."""
     cls = model_class(case.model)
-    data_rank = layout_of(case).data_rank(case, ctx.rank)
     choice = optimizer_of(case.optimizer)  # resolved once, not per step
     precision = precision_of(case.precision)
     losses = []
     for step in range(start_step, start_step + steps):
-        gen = torch.Generator().manual_seed(ctx.seed * 1_000_003 + data_rank * 1009 + step)
-        x, y = precision.batch(*(t.to(ctx.device) for t in cls.batch(gen)))  # type: ignore[attr-defined]
+        x, y = batch_of(case, ctx, step)
         if engine is not None:
             with code_under_test("the framework engine's forward, backward and step"):
                 loss = cls.loss(engine(x), y)  # type: ignore[attr-defined]
@@ -119,6 +117,18 @@ def train(
                 _step_scheduler(scheduler, loss, choice.scheduler_metric)
         losses.append(loss.item())
     return losses
+
+
+def batch_of(case: Case, ctx: RankContext, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (input, target) batch of a step (0-based) on this rank: seeded from (cell seed,
+    data-parallel rank, step) only, in the cell's precision, on the world's device. What `train`
+    steps on, and what a library that runs the training loop itself is given
+    (conformance.strategy.lifecycle.Training)."""
+    cls = model_class(case.model)
+    data_rank = layout_of(case).data_rank(case, ctx.rank)
+    gen = torch.Generator().manual_seed(ctx.seed * 1_000_003 + data_rank * 1009 + step)
+    x, y = precision_of(case.precision).batch(*(t.to(ctx.device) for t in cls.batch(gen)))  # type: ignore[attr-defined]
+    return x, y
 
 
 def _closure(model: nn.Module, optim: torch.optim.Optimizer, cls: Any, x: Any, y: Any) -> Any:

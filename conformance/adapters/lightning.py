@@ -164,14 +164,16 @@ FABRIC_MODEL_PARALLEL = RegisteredStrategy(
 )
 
 
-def as_lightning_module(model: nn.Module) -> nn.Module:
+def as_lightning_module(model: nn.Module, methods: dict[str, Any] | None = None) -> nn.Module:
     """The model as a LightningModule with the same submodules, parameter names and forward,
     the way a user's model is one: a subclass of the model's class and LightningModule, its
-    Lightning attributes from LightningModule.__init__, everything else the model's own."""
+    Lightning attributes from LightningModule.__init__, everything else the model's own;
+    `methods` the LightningModule hooks a user writes (training_step, ...)."""
     from lightning.pytorch import LightningModule
 
     cls = type(model)
-    lightning_cls = type(f"Lightning{cls.__name__}", (LightningModule, cls), {"forward": cls.forward})
+    body = {"forward": cls.forward, **(methods or {})}
+    lightning_cls = type(f"Lightning{cls.__name__}", (LightningModule, cls), body)
     module = lightning_cls.__new__(lightning_cls)
     LightningModule.__init__(module)
     module.__dict__.update(model.__dict__)  # the model's modules, parameters, buffers, attributes

@@ -3,8 +3,9 @@
 last save). One cell per scenario (conformance.check.scenarios), for registered strategies that
 have the lifecycle extension (conformance.strategy.lifecycle).
 
-The run (N ranks) builds the state, and before each save it makes trains one step and keeps
-rank 0's canonical state; then `close()`. The harness looks at the step folders the scenario
+The run (N ranks, conformance.check.lifecycle_run) builds the state, and before each save it
+makes trains one step and keeps rank 0's canonical state (or lets a library that runs the loop
+itself train, keeping the state from its hooks); then `close()`. The harness looks at the step folders the scenario
 says must remain or be gone, and puts an interrupted step's commit back as it was before that
 save began (the files the library writes last to commit a save, `commit_files`: what a save cut
 off before them leaves). The restart (N ranks of the pool's other world: no process of the run) builds a fresh
@@ -19,109 +20,28 @@ process (`read_export`) and must load strict=True into the plain model with the 
 from __future__ import annotations
 
 import dataclasses
-import os
-import signal
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from conformance.case import Case
 from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.compare import compare_states, first_of_each_kind
 from conformance.check.hygiene import hygiene_problems
+from conformance.check.lifecycle_run import KILLED_STATE, RESUME_CALL, LifeSpec, resume_phase, run_phase
 from conformance.check.phases import PhaseError, Phases
-from conformance.check.roundtrip import (
-    StrategyFactory,
-    VacuousCheckError,
-    differs_somewhere,
-    fresh_state,
-    limit_lines,
-)
+from conformance.check.roundtrip import limit_lines
 from conformance.check.scenarios import SCENARIOS, Scenario
 from conformance.check.slices import Slice
-from conformance.check.snapshot import Snapshot, local_buffers
-from conformance.check.transfer import canonical_of
-from conformance.layout.builtin import builtin_strategy
+from conformance.check.snapshot import Snapshot
 from conformance.models import build_model, carries
 from conformance.observed import Observed, verdict
 from conformance.outcome import Outcome
 from conformance.strategy.under_test import strategy_under_test
-from conformance.training import train_state
 from conformance.world import RankContext
-from conformance.world.attribution import code_under_test
-
-RESUME_CALL = "checkpointer.resume"
-KILLED_STATE = "state-before-the-kill.pt"  # rank 0's record of a killed run, beside its folder
-
-
-@dataclass(frozen=True)
-class LifeSpec:
-    case: Case
-    directory: str  # the base folder of the run
-    scenario: Scenario
-    strategy_factory: StrategyFactory = field(default=builtin_strategy)
-    seed: str = ""  # the restart's seed checkpoint (Policy.seed)
-    expected: dict[int, Snapshot] = field(default_factory=dict)  # the restart's: the run's states
-
-
-def _call(name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    with code_under_test(f"checkpointer.{name}"):
-        return fn(*args, **kwargs)
-
-
-def run_phase(ctx: RankContext, spec: LifeSpec) -> dict[str, Any]:
-    case, scenario, base = spec.case, spec.scenario, Path(spec.directory)
-    strategy = strategy_under_test(spec.strategy_factory, case)
-    state = fresh_state(strategy, case, ctx, seed=ctx.seed)
-    checkpointer = strategy.checkpointer(state, base, scenario.policy, ctx)
-    expected: dict[int, Snapshot | None] = {}
-    folders = {s: str(strategy.step_folder(base, s)) for s in scenario.saves}
-    commits: dict[str, bytes | None] = {}
-    for step in scenario.saves:
-        if step == scenario.interrupted and ctx.rank == 0:  # its commit as it was before the save
-            commits = {
-                str(p): p.read_bytes() if p.is_file() else None for p in strategy.commit_files(base, step)
-            }
-        train_state(state, ctx, case, steps=1, start_step=step - 1)
-        expected[step] = canonical_of(state, case, ctx)
-        last = scenario.last and step == scenario.saves[-1]
-        _call("save", checkpointer.save, step, last=last)
-    record = {
-        "expected": expected,
-        "folders": folders,
-        "buffers": local_buffers(state.model),
-        "commits": commits,
-    }
-    if scenario.killed:
-        if ctx.rank == 0:
-            torch.save(record, base.parent / KILLED_STATE)
-        dist.barrier()
-        os.kill(os.getpid(), signal.SIGKILL)  # every rank, the last save's write still in flight
-    _call("close", checkpointer.close)
-    return record
-
-
-def resume_phase(ctx: RankContext, spec: LifeSpec) -> dict[str, Any]:
-    case = spec.case
-    strategy = strategy_under_test(spec.strategy_factory, case)
-    state = fresh_state(strategy, case, ctx, seed=ctx.seed + 1)
-    before = canonical_of(state, case, ctx)
-    if before is not None and any(
-        not differs_somewhere(spec.expected[s], before) for s in spec.scenario.loads
-    ):
-        raise VacuousCheckError(
-            "the fresh model already equals a saved one: a resume could not be told from none"
-        )
-    policy = dataclasses.replace(spec.scenario.policy, seed=spec.seed)
-    checkpointer = strategy.checkpointer(state, Path(spec.directory), policy, ctx)
-    loaded = bool(_call("resume", checkpointer.resume))
-    after = canonical_of(state, case, ctx)
-    _call("close", checkpointer.close)
-    return {"before": before, "after": after, "loaded": loaded}
 
 
 @dataclass(frozen=True)
@@ -307,7 +227,7 @@ CHECK = Check(
             "full": ((LIFECYCLE_TIED_SLICE, (2,)),),
         },
         variants=_scenarios,
-        kinds=("sharded",),
+        kinds=("full", "sharded"),  # a library's own: a full file a step, or every rank's shard
         builtin=False,
     ),
     registered=True,

@@ -8,13 +8,22 @@ CheckpointManager, ...) configured by the policy, over the live TrainState, with
 base folder; the harness calls it as the library's trainer does: `save(step)` after each
 training step it checkpoints, `resume()` once at the start of a run, `close()` at its end.
 Every call is code under test.
+
+A library whose own loop trains and checkpoints (Lightning's Trainer: its ModelCheckpoint
+saves and prunes only inside `Trainer.fit`) has `run(training, hooks)` on its checkpointer
+(`Driving`) instead of being called step by step: it trains on the harness's batches and calls
+the hooks around each checkpoint it makes, where the harness keeps the state the checkpoint must
+give back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+import torch
 
 from conformance.strategy.protocol import TrainState
 
@@ -49,6 +58,39 @@ class Checkpointer(Protocol):
 
     def close(self) -> None:
         """The end of the run: every write in flight durable, every pruning done."""
+        ...
+
+
+@dataclass(frozen=True)
+class Training:
+    """What a library that runs the training loop itself trains on: `batches[i]` is the
+    (input, target) of step i + 1 on this rank (the harness's seeded batches), `loss(output,
+    target)` the model's loss. It trains one optimizer step per batch, in order."""
+
+    batches: Sequence[tuple[torch.Tensor, torch.Tensor]]
+    loss: Callable[[Any, torch.Tensor], torch.Tensor]
+
+
+class SaveHooks(Protocol):
+    """The harness's side of a library-driven run; every rank calls each hook at the same step
+    (they may be collectives). The hooks are the harness's code, not the library's."""
+
+    def before_save(self, step: int) -> None:
+        """After the optimizer step `step` (1-based), before the library writes its checkpoint."""
+        ...
+
+    def after_save(self, step: int) -> None:
+        """After the checkpoint of `step` is written (or handed to an asynchronous writer) and
+        whatever pruning it triggers is done."""
+        ...
+
+
+class Driving(Protocol):
+    """A checkpointer whose library runs the loop (optional: `run` on the Checkpointer)."""
+
+    def run(self, training: Training, hooks: SaveHooks) -> None:
+        """Train len(training.batches) steps under the library's own loop, checkpointing after
+        each step, as the run's policy configures it, calling the hooks around each save."""
         ...
 
 

@@ -1,0 +1,71 @@
+"""The Trainer's lifecycle row (conformance.adapters.lightning_trainer): every scenario it
+declares passes, and each mistake of tests/broken_lightning_trainer.py is caught by the scenario
+meant for it."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+
+import pytest
+
+from conformance.case import Case
+from conformance.check.registry import CHECKS
+from conformance.outcome import Outcome
+from conformance.runner import run_case
+from conformance.strategy.registry import RegisteredStrategy
+from conformance.world import WorldPool
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("lightning") is None,
+    reason="lightning is not installed (pip install -e '.[adapters]')",
+)
+
+# flaw -> (scenario, outcome, a phrase of its detail)
+CAUGHT_BY = {
+    "keeps_oldest": ("keep_latest", Outcome.FAIL, "step 5's folder step=5.ckpt is gone"),
+    "no_last": ("interrupted", Outcome.FAIL, "started fresh although step 1 had been saved"),
+    "every_other_step": ("interrupted", Outcome.FAIL, "step 1's folder step=1.ckpt is gone"),
+    "hooks_every_other_step": ("interrupted", Outcome.ERROR, "checkpointed after steps [2], not [1, 2]"),
+}
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[WorldPool]:
+    with WorldPool() as pool:
+        yield pool
+
+
+def _cell(strategy: RegisteredStrategy, scenario: str, model: str = "mlp") -> Case:
+    cells = CHECKS["lifecycle"].strategy_cells("default", strategy)
+    return next(
+        c for c in cells if c.variant == scenario and c.model == model and not strategy.unsupported_reason(c)
+    )
+
+
+def _declared() -> list[tuple[str, str]]:
+    from conformance.adapters.lightning_trainer import TRAINER_DDP
+
+    cells = CHECKS["lifecycle"].strategy_cells("default", TRAINER_DDP)
+    return sorted({(c.variant, c.model) for c in cells if not TRAINER_DDP.unsupported_reason(c)})
+
+
+@pytest.mark.parametrize(("scenario", "model"), _declared() if importlib.util.find_spec("lightning") else [])
+def test_every_declared_scenario_passes(pool: WorldPool, scenario: str, model: str) -> None:
+    from conformance.adapters.lightning_trainer import TRAINER_DDP
+
+    cell = _cell(TRAINER_DDP, scenario, model)
+    result = run_case(pool, cell, backend="gloo", timeout_s=120, registered=TRAINER_DDP)
+    assert result.outcome is Outcome.PASS, result.detail
+
+
+@pytest.mark.parametrize("flaw", sorted(CAUGHT_BY))
+def test_each_mistake_is_caught(pool: WorldPool, flaw: str) -> None:
+    from tests.broken_lightning_trainer import FLAWS, flawed
+
+    assert set(FLAWS) == set(CAUGHT_BY)
+    scenario, outcome, phrase = CAUGHT_BY[flaw]
+    broken = flawed(flaw)
+    result = run_case(pool, _cell(broken, scenario), backend="gloo", timeout_s=120, registered=broken)
+    assert result.outcome is outcome, result.detail
+    assert phrase in result.detail, result.detail
