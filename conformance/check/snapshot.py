@@ -26,6 +26,7 @@ from torch import nn
 from conformance.check.compare import ForeignMesh
 from conformance.check.flat_tp import over_tensor_parallel, whole_tensors
 from conformance.check.names import clean_name
+from conformance.check.pieces import Piece, paste_pieces, pasteable, piece_of
 from conformance.strategy.protocol import StateView, is_state_view
 from conformance.world import RankContext
 from conformance.world.attribution import code_under_test
@@ -167,15 +168,21 @@ def full_state(
     ctx: RankContext,
     *,
     sharded: bool,
+    paste: bool = True,
 ) -> Snapshot | None:
     """The whole state, gathered on rank 0 (None on the other ranks). A collective.
 
     sharded: whether plain (non-DTensor) parameters and optimizer tensors are shards of one
-    flat parameter (FSDP1 with a sharding strategy) rather than replicas.
+    flat parameter (FSDP1 with a sharding strategy) rather than replicas. paste: a DTensor
+    sharded and replicated only (Shard, Replicate) is made whole on rank 0 from every rank's
+    piece, sent with the other pieces in one collective (conformance.check.pieces); False, and
+    for every other placement, through its own full_tensor() (a collective per tensor): the
+    same values, bitwise (tests/test_snapshot_paste.py), at several times the cost.
     """
     raw = _raw_state(model, optim, stateful)
     full: Snapshot = {}
     pieces: Snapshot = {}
+    placed: dict[str, Piece] = {}
     if sharded and over_tensor_parallel(model):  # FSDP1 over DTensors: conformance.check.flat_tp
         wholes, consumed = whole_tensors(model, raw, ctx)
         full.update(wholes)
@@ -186,6 +193,9 @@ def full_state(
             foreign = foreign_mesh(value, ctx.world_size)
             if foreign is not None:  # the strategy's load left it there: reported, never read
                 full[key] = foreign
+                continue
+            if paste and pasteable(value):  # decided by the placements: the same on every rank
+                placed[key] = piece_of(value)
                 continue
             full[key] = value.full_tensor().detach().cpu().clone()  # type: ignore[attr-defined]
         elif isinstance(value, torch.Tensor):
@@ -205,15 +215,16 @@ def full_state(
         for key in keys:
             owner.setdefault(key, r)
     elsewhere = {k: full[k] for k in wholes if ctx.rank != 0 and owner[k] == ctx.rank}
-    sent: list[tuple[Snapshot, Snapshot]] | None = (
-        [({}, {}) for _ in range(ctx.world_size)] if ctx.rank == 0 else None
+    sent: list[tuple[Snapshot, Snapshot, dict[str, Piece]]] | None = (
+        [({}, {}, {}) for _ in range(ctx.world_size)] if ctx.rank == 0 else None
     )
-    dist.gather_object((pieces, elsewhere), sent, dst=0)
+    dist.gather_object((pieces, elsewhere, placed), sent, dst=0)
     if sent is None:
         return None
-    gathered = [rank_pieces for rank_pieces, _ in sent]
-    for _, rank_elsewhere in sent:
+    gathered = [rank_pieces for rank_pieces, _, _ in sent]
+    for _, rank_elsewhere, _ in sent:
         full.update(rank_elsewhere)
+    full.update(paste_pieces([rank_placed for _, _, rank_placed in sent]))
     for key in [k for k in pieces if k.endswith("/params")]:  # every rank's names, first seen first
         names: list[str] = []
         for rank_pieces in gathered:
