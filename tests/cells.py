@@ -15,6 +15,11 @@ from conformance.world import RankContext
 from conformance.world.attribution import code_under_test
 
 
+def cuda_usable_after_fork(ctx: RankContext, arg: Any) -> bool:
+    """Whether this forked rank may still initialise CUDA (False: its template initialised it)."""
+    return not torch.cuda._is_in_bad_fork()
+
+
 def ok(ctx: RankContext, arg: Any) -> dict[str, Any]:
     t = torch.tensor([float(ctx.rank)])
     dist.all_reduce(t)

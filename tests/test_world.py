@@ -308,3 +308,24 @@ def test_a_cell_clears_dtensor_caches_without_their_own_cache_clear(monkeypatch:
     monkeypatch.setattr(propagator, "old_style_cache", cached, raising=False)
     _clear_dtensor_caches()
     assert cached.cache.cache_info().currsize == 0
+
+
+def test_the_template_imports_no_framework_on_a_cuda_build() -> None:
+    """torchtitan's checkpoint module and DeepSpeed (without DS_ACCELERATOR) initialise CUDA as
+    they are imported on a CUDA build: a template that imported them forked ranks that could not
+    use CUDA ("Cannot re-initialize CUDA in forked subprocess", seen on torch 2.15.0's CUDA build)."""
+    from conformance.world.launcher import template_modules
+    from conformance.world.template import OPTIONAL
+
+    assert OPTIONAL + "deepspeed" in template_modules((), ("deepspeed",), cuda_build=False)
+    assert not any(m.startswith(OPTIONAL) for m in template_modules((), ("deepspeed",), cuda_build=True))
+
+
+def test_a_forked_rank_may_use_cuda_after_the_template_s_imports() -> None:
+    """The frameworks that initialise CUDA when imported, warm in the template: its forked ranks
+    are not in a bad fork (on a CPU build torch never is: the test bites on a CUDA build)."""
+    frameworks = ("torchtitan.components.checkpoint", "deepspeed", "lightning.pytorch")
+    with WorldPool(warm=frameworks) as pool:
+        run = pool.run("gloo", 1, cells.cuda_usable_after_fork, None, timeout_s=TIMEOUT_S)
+    assert run.status == "ok", run.detail
+    assert run.values == [True]

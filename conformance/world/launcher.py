@@ -106,9 +106,19 @@ class ForkLauncher:
             self._template = None
 
 
-def template_modules(preload: tuple[str, ...], warm: tuple[str, ...] = ()) -> tuple[str, ...]:
+def template_modules(
+    preload: tuple[str, ...], warm: tuple[str, ...] = (), *, cuda_build: bool | None = None
+) -> tuple[str, ...]:
     """What the template process imports: torch, the rank's loop, the cells' usual modules,
     then, if it can, the `warm` ones (the frameworks a run's cells import: every rank forked
-    after has them, a world restarted after a crash included)."""
+    after has them, a world restarted after a crash included), on a CPU build of torch only.
+    A framework may initialise CUDA as it is imported (torchtitan's checkpoint module and
+    DeepSpeed's accelerator detection do, on a CUDA build), after which no rank forked from the
+    template can use CUDA ("Cannot re-initialize CUDA in forked subprocess"): a fault of this
+    harness that would read as the cells' errors. cuda_build: torch's (None: ask torch)."""
+    if cuda_build is None:
+        import torch
+
+        cuda_build = torch.backends.cuda.is_built()
     base = ("torch", "torch.distributed", "conformance.world.rank", "conformance.world.context", *preload)
-    return (*base, *(OPTIONAL + m for m in warm))
+    return base if cuda_build else (*base, *(OPTIONAL + m for m in warm))
