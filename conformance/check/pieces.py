@@ -9,7 +9,10 @@ ranks that share the reference rank's coordinate there (rank 0, or the lowest ra
 tensor where rank 0 does not), on that rank's own mesh (one name may live on several meshes: each
 rank's expert of the expert-parallel model): the ranks full_tensor() on that rank gathers from, so
 that the result is bitwise what full_tensor() gives it, replicas that differ included. Any other placement
-(`Partial`, a strided shard) is not pasteable: full_state calls full_tensor() for it.
+(`Partial`, a strided shard) is not pasteable: full_state calls full_tensor() for it; so it does
+for a DTensor some rank of its mesh does not hold (a strategy that left the ranks' states unlike
+each other: the collectives then disagree as they did before, and the cell crashes or hangs, the
+strategy's outcome, never a gather of ours that cannot cover the tensor).
 """
 
 from __future__ import annotations
@@ -40,6 +43,25 @@ def pasteable(t: Any) -> bool:
     return all(type(p) in (Shard, Replicate) for p in t.placements)
 
 
+def mesh_ranks(t: Any) -> tuple[int, ...]:
+    """The ranks of a DTensor's device mesh, in the mesh's order."""
+    return tuple(t.device_mesh.mesh.reshape(-1).tolist())
+
+
+def held_by_every_rank_of_its_mesh(by_rank: list[dict[str, tuple[int, ...]]]) -> set[str]:
+    """The keys to paste, from every rank's pasteable DTensors (key -> its mesh's ranks): those
+    that every rank of each holder's mesh holds, on the same mesh. The same set on every rank."""
+    keys = {k for held in by_rank for k in held}
+    return {
+        k
+        for k in keys
+        if all(
+            all(by_rank[m].get(k) == ranks for m in ranks if m < len(by_rank))
+            for ranks in (held[k] for held in by_rank if k in held)
+        )
+    }
+
+
 def piece_of(t: Any) -> Piece:
     """This rank's block of a pasteable DTensor."""
     from torch.distributed.tensor import Replicate
@@ -57,7 +79,7 @@ def piece_of(t: Any) -> Piece:
         local,
         tuple(offset),
         tuple(t.shape),
-        tuple(t.device_mesh.mesh.reshape(-1).tolist()),
+        mesh_ranks(t),
         tuple(coordinate or ()),
         tuple(d for d, p in enumerate(t.placements) if isinstance(p, Replicate)),
     )

@@ -26,7 +26,14 @@ from torch import nn
 from conformance.check.compare import ForeignMesh
 from conformance.check.flat_tp import over_tensor_parallel, whole_tensors
 from conformance.check.names import clean_name
-from conformance.check.pieces import Piece, paste_pieces, pasteable, piece_of
+from conformance.check.pieces import (
+    Piece,
+    held_by_every_rank_of_its_mesh,
+    mesh_ranks,
+    paste_pieces,
+    pasteable,
+    piece_of,
+)
 from conformance.strategy.protocol import StateView, is_state_view
 from conformance.world import RankContext
 from conformance.world.attribution import code_under_test
@@ -187,14 +194,15 @@ def full_state(
         wholes, consumed = whole_tensors(model, raw, ctx)
         full.update(wholes)
         raw = {k: v for k, v in raw.items() if k not in consumed}
+    foreign = {k: foreign_mesh(v, ctx.world_size) for k, v in raw.items() if _is_dtensor(v)}
+    pasting = _pasting(raw, foreign, ctx) if paste else set()
     for key in sorted(raw):
         value = raw[key]
         if _is_dtensor(value):
-            foreign = foreign_mesh(value, ctx.world_size)
-            if foreign is not None:  # the strategy's load left it there: reported, never read
-                full[key] = foreign
+            if foreign[key] is not None:  # the strategy's load left it there: reported, never read
+                full[key] = foreign[key]
                 continue
-            if paste and pasteable(value):  # decided by the placements: the same on every rank
+            if key in pasting:  # the same decision on every rank
                 placed[key] = piece_of(value)
                 continue
             full[key] = value.full_tensor().detach().cpu().clone()  # type: ignore[attr-defined]
@@ -242,6 +250,17 @@ def full_state(
         else:
             full[key] = held[0]  # replicated, a scalar (step), or a per-rank buffer: the lowest rank's copy
     return full
+
+
+def _pasting(raw: Snapshot, foreign: dict[str, ForeignMesh | None], ctx: RankContext) -> set[str]:
+    """The DTensors to paste (conformance.check.pieces): pasteable ones that every rank of their
+    mesh holds, agreed on by every rank (an object collective)."""
+    mine = {
+        k: mesh_ranks(v) for k, v in raw.items() if foreign.get(k) is None and _is_dtensor(v) and pasteable(v)
+    }
+    every: list[dict[str, tuple[int, ...]]] = [{} for _ in range(ctx.world_size)]
+    dist.all_gather_object(every, mine)
+    return held_by_every_rank_of_its_mesh(every)
 
 
 def count_elements(snapshot: Snapshot) -> tuple[int, int]:
