@@ -49,3 +49,19 @@ def test_pasted_is_bitwise_full_tensor(pool: WorldPool, cell_id: str) -> None:
     assert bool(got["pasted"]) == LAYOUTS[cell_id], got
     assert got["keys"] and got["types"], got
     assert not got["differences"], got["differences"]
+
+
+def test_only_dtensors_every_rank_of_their_mesh_holds_are_pasted() -> None:
+    """A DTensor one rank of its mesh lacks (a strategy left the ranks' states unlike each other)
+    goes through full_tensor(), whose collectives then disagree as they always did: the cell's
+    crash, never a gather of ours that cannot cover the tensor. One name on two meshes (each
+    rank's expert) is pasted per mesh."""
+    from conformance.check.pieces import held_by_every_rank_of_its_mesh
+
+    by_rank = [
+        {"a": (0, 1), "lost": (0, 1), "expert": (0, 1)},
+        {"a": (0, 1), "expert": (0, 1)},
+        {"expert": (2, 3), "moved": (2, 3)},
+        {"expert": (2, 3), "moved": (0, 1, 2, 3)},
+    ]
+    assert held_by_every_rank_of_its_mesh(by_rank) == {"a", "expert"}
