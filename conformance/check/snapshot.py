@@ -195,7 +195,14 @@ def full_state(
         full.update(wholes)
         raw = {k: v for k, v in raw.items() if k not in consumed}
     foreign = {k: foreign_mesh(v, ctx.world_size) for k, v in raw.items() if _is_dtensor(v)}
-    pasting = _pasting(raw, foreign, ctx) if paste else set()
+    readable = [k for k, marker in foreign.items() if marker is None]
+    # One exchange tells every rank which DTensors each rank could paste (on which mesh) and which
+    # tensors each makes whole here; then every rank takes the same decisions (pasting, owners).
+    pasteable_here = {k: mesh_ranks(raw[k]) for k in readable if paste and pasteable(raw[k])}
+    whole_here = sorted({k for k, v in full.items() if isinstance(v, torch.Tensor)} | set(readable))
+    told: list[tuple[dict[str, tuple[int, ...]], list[str]]] = [({}, []) for _ in range(ctx.world_size)]
+    dist.all_gather_object(told, (pasteable_here, whole_here))
+    pasting = held_by_every_rank_of_its_mesh([candidates for candidates, _ in told])
     for key in sorted(raw):
         value = raw[key]
         if _is_dtensor(value):
@@ -216,12 +223,11 @@ def full_state(
     # stage's FSDP group) comes from the lowest rank that holds it. Python values stay rank 0's
     # (every rank's are compared in its local state).
     wholes = {k for k in full if isinstance(full[k], torch.Tensor)}
-    held_keys: list[list[str]] = [[] for _ in range(ctx.world_size)]
-    dist.all_gather_object(held_keys, sorted(wholes))
     owner: dict[str, int] = {}
-    for r, keys in enumerate(held_keys):
+    for r, (_, keys) in enumerate(told):
         for key in keys:
-            owner.setdefault(key, r)
+            if key not in pasting:
+                owner.setdefault(key, r)
     elsewhere = {k: full[k] for k in wholes if ctx.rank != 0 and owner[k] == ctx.rank}
     sent: list[tuple[Snapshot, Snapshot, dict[str, Piece]]] | None = (
         [({}, {}, {}) for _ in range(ctx.world_size)] if ctx.rank == 0 else None
@@ -250,17 +256,6 @@ def full_state(
         else:
             full[key] = held[0]  # replicated, a scalar (step), or a per-rank buffer: the lowest rank's copy
     return full
-
-
-def _pasting(raw: Snapshot, foreign: dict[str, ForeignMesh | None], ctx: RankContext) -> set[str]:
-    """The DTensors to paste (conformance.check.pieces): pasteable ones that every rank of their
-    mesh holds, agreed on by every rank (an object collective)."""
-    mine = {
-        k: mesh_ranks(v) for k, v in raw.items() if foreign.get(k) is None and _is_dtensor(v) and pasteable(v)
-    }
-    every: list[dict[str, tuple[int, ...]]] = [{} for _ in range(ctx.world_size)]
-    dist.all_gather_object(every, mine)
-    return held_by_every_rank_of_its_mesh(every)
 
 
 def count_elements(snapshot: Snapshot) -> tuple[int, int]:
