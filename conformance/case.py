@@ -33,6 +33,9 @@ API_KINDS: dict[str, str] = {
     "dsd_full_bcast_all": "full",  # the same, every rank passing the state it loaded
     "dsd_sharded": "sharded",
     "dsd_sharded_offload": "sharded",
+    # dsd_sharded after the optimizer's state is made in the gradients' dtype (a workaround of
+    # dsd-init-optim-state-grad-dtype, the plain layout's)
+    "dsd_sharded_gradinit": "sharded",
     # flatten_optimizer_state_dict=True: param groups keyed by parameter name (pipeline stages)
     "dsd_full_flat": "full",
     "dsd_sharded_flat": "sharded",

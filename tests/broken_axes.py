@@ -14,6 +14,9 @@
 - keeps_state_dtypes (a control, not broken): the built-in strategy, then every loaded optimizer
   state tensor cast back to the dtype it was saved in, the workaround for
   optim-load-casts-grad-dtype-state (its bf16_grads round trip must pass);
+- inits_in_param_dtype: the grad_dtype workaround (dsd_sharded_gradinit) making the fresh
+  optimizer's state with zero gradients in the parameter's dtype, as _init_optim_state itself does
+  (the cell must be an error again: the workaround cannot pass by never reaching the load);
 - stale_buffers: saves every buffer as the model was built (a counter back at 0), as a save that
   rebuilds the model state from its config does (the hygiene check, which compares the persistent
   buffers of the plain model it loads into, must catch it on mlp_int_buffer).
@@ -21,6 +24,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +33,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_
 
 from conformance.case import Case
 from conformance.layout.builtin import builtin_strategy
+from conformance.strategy.grad_dtype_init import GradDtypeInitFirst
 from conformance.strategy.protocol import ComposedStrategy, Strategy, TrainState
 from conformance.world import RankContext
 from tests.broken import Delegating
@@ -151,3 +156,16 @@ def keeps_state_dtypes(case: Case) -> Strategy:
     built = builtin_strategy(case)
     assert isinstance(built, ComposedStrategy)
     return KeepsStateDtypes(built.wrapper, built.api, built.storage)
+
+
+@dataclass(frozen=True)
+class InitsInParamDtype(GradDtypeInitFirst):
+    def zero_grad_dtype(self, param: torch.Tensor) -> torch.dtype:
+        return param.dtype
+
+
+def inits_in_param_dtype(case: Case) -> Strategy:
+    built = builtin_strategy(case)
+    assert isinstance(built, ComposedStrategy) and isinstance(built.api, GradDtypeInitFirst)
+    api = InitsInParamDtype(**{f.name: getattr(built.api, f.name) for f in dataclasses.fields(built.api)})
+    return ComposedStrategy(built.wrapper, api, built.storage)

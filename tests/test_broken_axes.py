@@ -122,3 +122,22 @@ def test_optimizer_state_in_the_gradient_dtype_round_trips_when_the_load_keeps_i
         pool, GRADS_SGD, backend="gloo", timeout_s=120, strategy_factory=broken_axes.keeps_state_dtypes
     )
     assert kept.outcome is Outcome.PASS, kept.detail
+
+
+GRADINIT_SGD = Case("plain", "none", "dsd_sharded_gradinit", "dcp", "sgd", "mlp", 1, "bf16_grads")
+
+
+def test_the_grad_dtype_workaround_reaches_the_load_and_one_in_the_param_dtype_does_not(
+    pool: WorldPool,
+) -> None:
+    """The workaround of dsd-init-optim-state-grad-dtype gets past get/set_state_dict's refusal to
+    the load, which casts the bf16 momentum (optim-load-casts-grad-dtype-state); making the state
+    with gradients in the parameter's dtype, as _init_optim_state does, is refused again: the
+    cell's failure is the load's, never the workaround's own."""
+    built = run_case(pool, GRADINIT_SGD, backend="gloo", timeout_s=120, strategy_factory=builtin_strategy)
+    assert built.outcome is Outcome.FAIL and "momentum_buffer: dtype differs" in built.detail, built.detail
+    broken = run_case(
+        pool, GRADINIT_SGD, backend="gloo", timeout_s=120, strategy_factory=broken_axes.inits_in_param_dtype
+    )
+    assert broken.outcome is Outcome.ERROR, broken.detail
+    assert "attempting to assign a gradient" in broken.detail, broken.detail

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from conformance.strategy.grad_dtype_init import GradDtypeInitFirst
 from conformance.strategy.protocol import StateApi
 from conformance.strategy.state_apis import (
     DistributedStateDict,
@@ -49,5 +50,11 @@ STATE_APIS: dict[str, dict[str, StateApi]] = {
         "dsd_full_flat": DistributedStateDict(full_state_dict=True, flatten_optimizer_state_dict=True),
         "dsd_sharded_flat": DistributedStateDict(full_state_dict=False, flatten_optimizer_state_dict=True),
     },
-    "plain": {"sd_full": PlainStateDict(), **DSD_APIS},  # get/set_state_dict take any module
+    # get/set_state_dict take any module; and, where a parameter keeps its grad_dtype, with the
+    # optimizer's state made in the gradients' dtype first (a workaround, GradDtypeInitFirst)
+    "plain": {
+        "sd_full": PlainStateDict(),
+        **DSD_APIS,
+        "dsd_sharded_gradinit": GradDtypeInitFirst(full_state_dict=False),
+    },
 }
