@@ -27,6 +27,7 @@ CAUGHT_BY = {
     "no_last": ("interrupted", Outcome.FAIL, "started fresh although step 1 had been saved"),
     "every_other_step": ("interrupted", Outcome.FAIL, "step 1's folder step=1.ckpt is gone"),
     "hooks_every_other_step": ("interrupted", Outcome.ERROR, "checkpointed after steps [2], not [1, 2]"),
+    "removes_last_first": ("killed", Outcome.FAIL, "started fresh although step 1 had been saved"),
 }
 
 
@@ -43,19 +44,32 @@ def _cell(strategy: RegisteredStrategy, scenario: str, model: str = "mlp") -> Ca
     )
 
 
-def _declared() -> list[tuple[str, str]]:
+def _rows() -> dict[str, RegisteredStrategy]:
     from conformance.adapters.lightning_trainer import TRAINER_DDP
+    from conformance.adapters.lightning_trainer_async import TRAINER_DDP_ASYNC
 
-    cells = CHECKS["lifecycle"].strategy_cells("default", TRAINER_DDP)
-    return sorted({(c.variant, c.model) for c in cells if not TRAINER_DDP.unsupported_reason(c)})
+    return {row.name: row for row in (TRAINER_DDP, TRAINER_DDP_ASYNC)}
 
 
-@pytest.mark.parametrize(("scenario", "model"), _declared() if importlib.util.find_spec("lightning") else [])
-def test_every_declared_scenario_passes(pool: WorldPool, scenario: str, model: str) -> None:
-    from conformance.adapters.lightning_trainer import TRAINER_DDP
+def _declared() -> list[tuple[str, str, str]]:
+    return sorted(
+        {
+            (name, c.variant, c.model)
+            for name, row in _rows().items()
+            for c in CHECKS["lifecycle"].strategy_cells("default", row)
+            if not row.unsupported_reason(c)
+        }
+    )
 
-    cell = _cell(TRAINER_DDP, scenario, model)
-    result = run_case(pool, cell, backend="gloo", timeout_s=120, registered=TRAINER_DDP)
+
+@pytest.mark.parametrize(
+    ("row", "scenario", "model"), _declared() if importlib.util.find_spec("lightning") else []
+)
+def test_every_declared_scenario_passes(pool: WorldPool, row: str, scenario: str, model: str) -> None:
+    strategy = _rows()[row]
+    result = run_case(
+        pool, _cell(strategy, scenario, model), backend="gloo", timeout_s=120, registered=strategy
+    )
     assert result.outcome is Outcome.PASS, result.detail
 
 

@@ -144,6 +144,10 @@ class TrainerRun:
 
         return ModelCheckpoint(**self.checkpoint_options())
 
+    def plugins(self) -> list[Any]:
+        """The Trainer's plugins (none: its default, synchronous checkpoint IO)."""
+        return []
+
     def _fit(self, binding: Binding, batches: Any, max_steps: int, callbacks: list[Any], **fit: Any) -> Any:
         from lightning.pytorch import Trainer
         from lightning.pytorch.strategies import DDPStrategy
@@ -159,6 +163,7 @@ class TrainerRun:
             ),
             max_steps=max_steps,
             callbacks=callbacks,
+            plugins=self.plugins(),
             default_root_dir=str(self.path),
             use_distributed_sampler=False,
             logger=False,

@@ -87,6 +87,15 @@ def _holds(folder: str) -> bool:
     return path.exists() and (path.is_file() or any(p.is_file() for p in path.rglob("*")))
 
 
+def _at_the_kill(scenario: Scenario, folders: dict[int, str]) -> str:
+    """Whether the kill met the last save's write: its folder as the killed run left it (a save
+    that finished before the kill resumes as a synchronous one would)."""
+    last = scenario.saves[-1]
+    if _holds(folders[last]):
+        return f"after the kill, step {last}'s folder {Path(folders[last]).name} held files (its write had begun, or ended)"
+    return f"after the kill, step {last}'s folder {Path(folders[last]).name} was not there: the kill met its write in flight"
+
+
 def _seeded_view(expected: Snapshot, before: Snapshot) -> Snapshot:
     """What a seeded restart must hold: the seed's model, everything else as freshly built."""
     model = ("param/", "buffer/")
@@ -189,6 +198,8 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
             return Outcome.PASS, f"the resume refused, as it may:\n{exc.detail}"
         return exc.outcome, exc.detail
     outcome, detail, records = resume_verdict(scenario, expected, resumed)
+    if scenario.killed:
+        detail += "\n" + _at_the_kill(scenario, record["folders"])
     phases.observed += records
     if problems:
         phases.observed += [verdict("problem", p) for p in problems]
