@@ -122,6 +122,8 @@ class TrainerRun:
     """One run's checkpoints as the Trainer keeps them (the lifecycle check's Checkpointer with
     `run`: the Trainer's loop trains and checkpoints)."""
 
+    save_last: bool | str = True  # ModelCheckpoint's: a copy each step ("link": a symbolic link)
+
     def __init__(self, case: Case, state: TrainState, path: Path, policy: Policy, ctx: RankContext) -> None:
         self.case, self.state, self.path, self.policy, self.ctx = case, state, path, policy, ctx
 
@@ -132,7 +134,7 @@ class TrainerRun:
             "dirpath": str(self.path),
             "filename": "{step}",
             "every_n_train_steps": 1,
-            "save_last": True,
+            "save_last": self.save_last,
             "save_top_k": keep or KEEP_ALL,
             "monitor": "global_step" if keep else None,
             "mode": "max",
@@ -146,6 +148,10 @@ class TrainerRun:
 
     def plugins(self) -> list[Any]:
         """The Trainer's plugins (none: its default, synchronous checkpoint IO)."""
+        return []
+
+    def callbacks(self) -> list[Any]:
+        """More callbacks of the run's Trainer (none)."""
         return []
 
     def _fit(self, binding: Binding, batches: Any, max_steps: int, callbacks: list[Any], **fit: Any) -> Any:
@@ -180,7 +186,9 @@ class TrainerRun:
     def run(self, training: Training, hooks: SaveHooks) -> None:
         binding = Binding(self.state, training, hooks, logs_step=bool(self.policy.keep_latest))
         batches = list(training.batches)
-        self._fit(binding, batches, len(batches), [_before_save(hooks), self._checkpoint()])
+        self._fit(
+            binding, batches, len(batches), [*self.callbacks(), _before_save(hooks), self._checkpoint()]
+        )
 
     def save(self, step: int, last: bool = False) -> None:
         raise NotImplementedError("the Trainer's loop saves: the harness calls run()")

@@ -155,6 +155,7 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
         return Outcome.UNSUPPORTED, f"the strategy has no {', '.join(lacks)}: no lifecycle of its own"
     base = phases.scratch()
     spec = LifeSpec(case, str(base), scenario, under.factory)
+    seen = len(phases.observed)
     try:
         record = phases.run("run", case.world_size, run_phase, spec)[0]
     except PhaseError as exc:
@@ -162,6 +163,7 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
         if not (scenario.killed and exc.outcome is Outcome.CRASH and kept.exists()):
             return exc.outcome, exc.detail
         record = torch.load(kept, weights_only=False)
+        del phases.observed[seen:]  # the kill is the scenario's own, not an outcome of the cell
     problems = disk_problems(scenario, record["folders"])
     if scenario.interrupted:
         if not record["commits"]:
