@@ -47,8 +47,9 @@ def _cell(strategy: RegisteredStrategy, scenario: str, model: str = "mlp") -> Ca
 def _rows() -> dict[str, RegisteredStrategy]:
     from conformance.adapters.lightning_trainer import TRAINER_DDP
     from conformance.adapters.lightning_trainer_async import TRAINER_DDP_ASYNC
+    from conformance.adapters.lightning_trainer_slow_disk import TRAINER_SLOW_DISK
 
-    return {row.name: row for row in (TRAINER_DDP, TRAINER_DDP_ASYNC)}
+    return {row.name: row for row in (TRAINER_DDP, TRAINER_DDP_ASYNC, TRAINER_SLOW_DISK)}
 
 
 def _declared() -> list[tuple[str, str, str]]:
@@ -83,3 +84,17 @@ def test_each_mistake_is_caught(pool: WorldPool, flaw: str) -> None:
     result = run_case(pool, _cell(broken, scenario), backend="gloo", timeout_s=120, registered=broken)
     assert result.outcome is outcome, result.detail
     assert phrase in result.detail, result.detail
+
+
+def test_a_link_to_a_checkpoint_not_yet_written_loses_the_run_when_the_kill_meets_it(pool: WorldPool) -> None:
+    """lightning-async-link-last-before-write: on the slowed disk the kill meets step 2's write
+    (the control row above resumes step 1); with save_last="link" the restart starts fresh."""
+    from conformance.adapters.lightning_trainer_slow_disk import TRAINER_SLOW_DISK_LINK
+
+    cell = _cell(TRAINER_SLOW_DISK_LINK, "killed")
+    result = run_case(pool, cell, backend="gloo", timeout_s=120, registered=TRAINER_SLOW_DISK_LINK)
+    assert result.outcome is Outcome.FAIL, result.detail
+    assert "started fresh although step 1 had been saved" in result.detail, result.detail
+    assert "the kill met its write in flight" in result.detail, result.detail
+    # the scenario's own kill is not among the cell's differences: only the lost run is
+    assert [o["kind"] for o in result.observed] == ["problem"], result.observed
