@@ -90,3 +90,17 @@ def test_published_checks_are_registered_ones() -> None:
     for path in _published():
         named = {c["axes"]["check"] for c in _document(path)["cells"]}
         assert named <= known, (path, named - known)
+
+
+def test_the_run_metadata_names_the_cpu_whose_kernels_decide_some_skips() -> None:
+    """A DeepSpeed fp16 cell passes on a host whose CPU has oneDNN fp16 kernels and skips on one
+    without: the metadata names the CPU and says which, and the table's header repeats it."""
+    from conformance.report.environment import cpu_words, environment
+    from conformance.report.results import results_document
+
+    env = environment(backend="gloo", world_sizes=[2], matrix="ci", args=[])
+    assert env["cpu"]["model"] and env["variant"]["cpu"] == env["cpu"]
+    assert env["cpu"]["onednn_fp16"] in (True, False, None)
+    assert cpu_words(env).startswith(f"CPU {env['cpu']['model']} (oneDNN fp16 kernels: ")
+    assert cpu_words({}) == ""  # a table published before the field: nothing said
+    assert not problems(results_document(env, []), SCHEMA)

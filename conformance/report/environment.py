@@ -29,6 +29,41 @@ def suite_commit() -> str | None:
     return out.stdout.strip() or None
 
 
+def cpu() -> dict[str, Any]:
+    """The host's CPU as far as outcomes depend on it: its model, and whether oneDNN has fp16 and
+    bf16 kernels on it (DeepSpeed's CPU accelerator takes fp16 only where they exist, so a
+    DeepSpeed fp16 cell passes on one host and skips on another). None where torch cannot say."""
+
+    def probe(name: str) -> bool | None:
+        try:
+            return bool(getattr(torch.ops.mkldnn, name)())
+        except (AttributeError, RuntimeError):
+            return None
+
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "model": model,
+        "onednn_fp16": probe("_is_mkldnn_fp16_supported"),
+        "onednn_bf16": probe("_is_mkldnn_bf16_supported"),
+    }
+
+
+def cpu_words(env: dict[str, Any]) -> str:
+    """The CPU of a run's metadata in a few words ("" for a run that did not record it)."""
+    host = env.get("cpu") or {}
+    if not host:
+        return ""
+    fp16 = {True: "yes", False: "no", None: "unknown"}[host.get("onednn_fp16")]
+    return f"CPU {host.get('model')} (oneDNN fp16 kernels: {fp16})"
+
+
 def environment(
     *,
     backend: str,
@@ -58,6 +93,7 @@ def environment(
         "nccl": nccl,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "cpu": cpu(),
         "device": device,
         "device_count": device_count,
         "frameworks": {dist: v for versions in (strategies or {}).values() for dist, v in versions.items()},

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from conformance.report.environment import cpu_words
 from conformance.report.history import Published, SeriesHistory
 from conformance.report.tables import SUPPORT_WORDS, Table
 from conformance.report.write import outcome_summary
@@ -52,6 +53,7 @@ def render_history_markdown(series: Sequence[SeriesHistory]) -> str:
         lines += [f"## {s.name}: torch {versions}", ""]
         lines += [
             f"- torch {t.version} ({t.environment.get('torch')}): {outcome_summary(t.cells)}; `{t.path}`"
+            + "".join(f"; {words}" for words in (cpu_words(t.environment),) if words)
             for t in s.tables
         ]
         differ = len(s.features[1])

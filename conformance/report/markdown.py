@@ -12,7 +12,7 @@ from typing import Any
 from conformance.findings import Finding
 from conformance.observed import IMPACTS
 from conformance.outcome import NEVER_EXPECTED, CellResult, Outcome, first_line
-from conformance.report.environment import supplement_sentences
+from conformance.report.environment import cpu_words, supplement_sentences
 from conformance.report.impact import Judged, judge_cells
 from conformance.report.rules import ruled_cells
 from conformance.report.summary_md import (
@@ -214,7 +214,9 @@ def render_markdown(
         "",
         f"Matrix `{env.get('matrix')}`, {len(cells)} cells, run {env.get('time_utc')}, "
         f"suite {env.get('suite_version')} ({(env.get('suite_commit') or 'unknown')[:12]}), "
-        f"Python {env.get('python')}, {env.get('platform')}.",
+        f"Python {env.get('python')}, {env.get('platform')}"
+        + "".join(f", {words}" for words in (cpu_words(env),) if words)
+        + ".",
         "",
         *_profile(env),
         *_cost(env),
