@@ -22,7 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from conformance.adapters.lightning_trainer import TRAINER_DDP, TrainerDdp, TrainerRun
-from conformance.adapters.lightning_trainer_async import TRAINER_DDP_ASYNC, AsyncTrainerDdp, AsyncTrainerRun
+from conformance.adapters.lightning_trainer_async import (
+    TRAINER_DDP_ASYNC,
+    AsyncTrainerDdp,
+    AsyncTrainerRun,
+    drain,
+)
 from conformance.case import Case
 from conformance.strategy.lifecycle import Policy, SaveHooks, Training
 from conformance.strategy.protocol import TrainState
@@ -106,8 +111,7 @@ class RemovesLastFirstRun(AsyncTrainerRun):
                 self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None
             ) -> None:
                 if Path(path).name == "last.ckpt":
-                    if self._executor is not None:  # the writes before it done: only this one late
-                        self._executor.submit(lambda: None).result()
+                    drain(self)  # the writes before it done: only this one late
                     Path(path).unlink(missing_ok=True)
                 super().save_checkpoint(checkpoint, path, storage_options)
 

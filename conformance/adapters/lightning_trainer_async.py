@@ -26,6 +26,13 @@ from conformance.strategy.registry import RegisteredStrategy, Supports
 from conformance.world import RankContext
 
 
+def drain(io: Any) -> None:
+    """Wait for every write handed to an AsyncCheckpointIO: a no-op queued after them on its one
+    writer thread (none before its first save)."""
+    if io._executor is not None:
+        io._executor.submit(lambda: None).result()
+
+
 class AsyncTrainerRun(TrainerRun):
     def plugins(self) -> list[Any]:
         from lightning.pytorch.plugins.io import AsyncCheckpointIO

@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from conformance.adapters.lightning_trainer import TrainerRun
-from conformance.adapters.lightning_trainer_async import TRAINER_DDP_ASYNC, AsyncTrainerDdp, AsyncTrainerRun
+from conformance.adapters.lightning_trainer_async import (
+    TRAINER_DDP_ASYNC,
+    AsyncTrainerDdp,
+    AsyncTrainerRun,
+    drain,
+)
 from conformance.strategy.lifecycle import Policy, SaveHooks, Training
 from conformance.strategy.protocol import TrainState
 from conformance.world import RankContext
@@ -35,8 +40,7 @@ WRITE_S = 1.0  # each file's write this late: far longer than the kill takes aft
 
 
 def _slow_disk() -> Any:
-    """AsyncCheckpointIO over a TorchCheckpointIO that writes each file WRITE_S seconds late,
-    with `drain()`: wait for the writes handed to it."""
+    """AsyncCheckpointIO over a TorchCheckpointIO that writes each file WRITE_S seconds late."""
     from lightning.pytorch.plugins.io import AsyncCheckpointIO, TorchCheckpointIO
 
     class SlowDisk(TorchCheckpointIO):
@@ -44,12 +48,7 @@ def _slow_disk() -> Any:
             time.sleep(WRITE_S)
             super().save_checkpoint(checkpoint, path, storage_options)
 
-    class Drainable(AsyncCheckpointIO):
-        def drain(self) -> None:
-            if self._executor is not None:  # its one writer thread: a no-op queued after them
-                self._executor.submit(lambda: None).result()
-
-    return Drainable(SlowDisk())
+    return AsyncCheckpointIO(SlowDisk())
 
 
 def _slower_training(io: Any) -> Any:
@@ -58,7 +57,7 @@ def _slower_training(io: Any) -> Any:
 
     class SlowerThanTheDisk(Callback):
         def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-            io.drain()
+            drain(io)
 
     return SlowerThanTheDisk()
 

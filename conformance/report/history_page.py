@@ -46,16 +46,20 @@ def _moves(changed: Table) -> Table:
     return ["from", "to", "cells"], rows
 
 
+def _table_line(t: Published) -> str:
+    """A published table in one line: its torch, outcomes and file, and the CPU it ran on where
+    it recorded one."""
+    line = f"- torch {t.version} ({t.environment.get('torch')}): {outcome_summary(t.cells)}; `{t.path}`"
+    words = cpu_words(t.environment)
+    return f"{line}; {words}" if words else line
+
+
 def render_history_markdown(series: Sequence[SeriesHistory]) -> str:
     lines = ["# Across torch versions", "", SUMMARY, ""]
     for s in series:
         versions = ", ".join(t.version for t in s.tables)
         lines += [f"## {s.name}: torch {versions}", ""]
-        lines += [
-            f"- torch {t.version} ({t.environment.get('torch')}): {outcome_summary(t.cells)}; `{t.path}`"
-            + "".join(f"; {words}" for words in (cpu_words(t.environment),) if words)
-            for t in s.tables
-        ]
+        lines += [_table_line(t) for t in s.tables]
         differ = len(s.features[1])
         lines += [
             "",

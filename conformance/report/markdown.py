@@ -214,8 +214,8 @@ def render_markdown(
         "",
         f"Matrix `{env.get('matrix')}`, {len(cells)} cells, run {env.get('time_utc')}, "
         f"suite {env.get('suite_version')} ({(env.get('suite_commit') or 'unknown')[:12]}), "
-        f"Python {env.get('python')}, {env.get('platform')}"
-        + "".join(f", {words}" for words in (cpu_words(env),) if words)
+        f"Python {env.get('python')}, "
+        + ", ".join(filter(None, (str(env.get("platform")), cpu_words(env))))
         + ".",
         "",
         *_profile(env),
