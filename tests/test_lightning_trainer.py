@@ -98,3 +98,17 @@ def test_a_link_to_a_checkpoint_not_yet_written_loses_the_run_when_the_kill_meet
     assert "the kill met its write in flight" in result.detail, result.detail
     # the scenario's own kill is not among the cell's differences: only the lost run is
     assert [o["kind"] for o in result.observed] == ["problem"], result.observed
+
+
+def test_the_slowed_disk_makes_the_kill_meet_the_write_and_the_copy_resumes_the_step_before(
+    pool: WorldPool,
+) -> None:
+    """The control of the link row: its pass must come from a kill that met step 2's write (else
+    the slowing did nothing and the pass would say nothing of a write cut off)."""
+    from conformance.adapters.lightning_trainer_slow_disk import TRAINER_SLOW_DISK
+
+    cell = _cell(TRAINER_SLOW_DISK, "killed")
+    result = run_case(pool, cell, backend="gloo", timeout_s=120, registered=TRAINER_SLOW_DISK)
+    assert result.outcome is Outcome.PASS, result.detail
+    assert "resumed step 1" in result.detail, result.detail
+    assert "the kill met its write in flight" in result.detail, result.detail
