@@ -15,6 +15,7 @@ from conformance.baseline import Baseline, load_baseline, render_baseline
 from conformance.matrix import CHECKS, PROFILES, run_cells
 from conformance.matrix.cells import declared_unsupported
 from conformance.outcome import CellResult, Outcome
+from conformance.plugin.partial import Progress, holds_complete_report, partial, partial_folder, selection
 from conformance.plugin.shared import (
     BACKEND_KEY,
     BASELINE_KEY,
@@ -65,6 +66,14 @@ class ResultCollector:
         self.gate_lines: list[str] = []  # what the gate says at the end: disappeared, unmatched
         self.worlds: dict[str, int] = {}  # process (xdist worker id, or "main") -> worlds it started
         self.started = time.monotonic()  # the run's wall time is counted from here
+        self.progress = Progress()  # which collected tests ran: a run cut short is partial
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.progress.collect(item.nodeid for item in session.items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.progress.collect(ids)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
@@ -72,6 +81,7 @@ class ResultCollector:
         self.worlds[node.gateway.id] = int(node.workeroutput.get("conformance_worlds", 0))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.progress.report(report)
         for name, value in report.user_properties:
             if name == PROPERTY and report.when == "call":
                 self.results.append(CellResult.from_json(value))
@@ -150,6 +160,15 @@ class ResultCollector:
         if baseline is not None:
             env["baseline"] = {"path": baseline.path, "sha256": baseline.sha256, "profile": baseline.profile}
         self.out = self.report_dir(backend)
+        cut = partial(self.config, session, self.progress, len(results))
+        if cut is not None:
+            env["partial"] = cut
+            if holds_complete_report(self.out):
+                kept, self.out = self.out, partial_folder(self.out)
+                self.gate_lines.append(
+                    f"warning: a partial run ({'; '.join(cut['why'])}): the complete report in {kept} "
+                    f"is left as it is; this run's report is written to {self.out}"
+                )
         folded = self._declared_unsupported(backend, {r.id for r in results})
         write_reports(self.out, env, results + folded, baseline)
         if self.config.getoption("update_baseline"):
@@ -169,12 +188,7 @@ class ResultCollector:
         """A covering profile's run: the unsupported cells of its declaration, which it never
         enumerates, as results to fold into rules (report.rules). Only when the run selected the
         whole profile: a selection (-k, -m, node ids) says nothing of the cells it left out."""
-        args = self.config.invocation_params.args
-        if (
-            self.config.getoption("keyword")
-            or self.config.getoption("markexpr")
-            or any("::" in a for a in args)
-        ):
+        if selection(self.config):
             return []
         return declared_unsupported(
             self.config.stash[REGISTRY_KEY], self.config.getoption("matrix"), backend, ran

@@ -126,3 +126,17 @@ def supplement_sentences(env: dict[str, Any]) -> list[str]:
         f"suite {(s.get('suite_commit') or 'unknown')[:12]}, {s.get('time_utc')}."
         for s in env.get("supplements") or []
     ]
+
+
+def partial_sentences(env: dict[str, Any]) -> list[str]:
+    """The warning that leads a partial run's matrix.md and matrix.html (`partial`: a run that
+    was interrupted, stopped early or given a selection): what ran, of what, and why it is not
+    the whole matrix. A complete run's say nothing."""
+    partial = env.get("partial")
+    if not partial:
+        return []
+    of = f" of {partial['collected']} collected" if partial.get("collected") else ""
+    return [
+        f"PARTIAL RUN: {partial.get('cells')} cells{of}, not the whole `{env.get('matrix')}` matrix "
+        f"({'; '.join(partial.get('why') or [])}). Read nothing here as the matrix's answer."
+    ]

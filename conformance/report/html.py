@@ -20,7 +20,7 @@ from conformance.check.registry import CHECKS
 from conformance.findings import Finding
 from conformance.outcome import FAILING, CellResult, Outcome, first_line
 from conformance.report import tables
-from conformance.report.environment import supplement_sentences
+from conformance.report.environment import partial_sentences, supplement_sentences
 from conformance.report.impact import judge_cells
 from conformance.report.rules import ruled_cells
 
@@ -257,6 +257,7 @@ def render_html(
     title = f"Checkpoint conformance: torch {env.get('torch')} on {env.get('backend')} ({env.get('device')})"
     meta = ". ".join(
         [
+            *partial_sentences(env),  # a run that is not the whole matrix says so first
             ", ".join(
                 f"{k} {env.get(k)}"
                 for k in ("matrix", "time_utc", "suite_version", "suite_commit", "python", "platform")

@@ -12,7 +12,7 @@ from typing import Any
 from conformance.findings import Finding
 from conformance.observed import IMPACTS
 from conformance.outcome import NEVER_EXPECTED, CellResult, Outcome, first_line
-from conformance.report.environment import cpu_words, supplement_sentences
+from conformance.report.environment import cpu_words, partial_sentences, supplement_sentences
 from conformance.report.impact import Judged, judge_cells
 from conformance.report.rules import ruled_cells
 from conformance.report.summary_md import (
@@ -218,6 +218,7 @@ def render_markdown(
         + ", ".join(filter(None, (str(env.get("platform")), cpu_words(env))))
         + ".",
         "",
+        *(line for sentence in partial_sentences(env) for line in (f"**{sentence}**", "")),
         *_profile(env),
         *_cost(env),
         *(line for sentence in supplement_sentences(env) for line in (sentence, "")),
