@@ -88,3 +88,12 @@ def test_a_damage_declared_without_its_files_is_refused_at_registration() -> Non
     with pytest.raises(ValueError, match="metadata"):
         OwnFormat("mine", damage=("missing_metadata",), rank_file="r{rank}")
     assert OwnFormat("mine", damage=("missing_shard",), rank_file="r{rank}.pt").rank_file
+    # globs match bare file names: a path can never match, and is refused at registration
+    with pytest.raises(ValueError, match=r"data='shards/\*\.pt' names a path.*'\*\.pt'"):
+        OwnFormat("mine", data="shards/*.pt")
+    with pytest.raises(ValueError, match=r"rank_file='r/\{rank\}\.pt' names a path"):
+        OwnFormat("mine", damage=("missing_shard",), rank_file="r/{rank}.pt")
+    with pytest.raises(ValueError, match=r"metadata='meta/index\.json' names a path"):
+        OwnFormat("mine", damage=("missing_metadata",), metadata=("meta/index.json",))
+    with pytest.raises(ValueError, match=r"has no \{rank\}"):
+        OwnFormat("mine", damage=("missing_shard",), rank_file="shard.pt")

@@ -52,6 +52,21 @@ class OwnFormat:
                     f"OwnFormat {self.name!r} declares the {damage} damage without {field_name}: "
                     f"name the files it deletes ({field_name}=...) or leave {damage} out of damage"
                 )
+        # the damage matches globs against bare file names (in every folder under the save)
+        names = {"data": (self.data,), "rank_file": (self.rank_file,), "metadata": self.metadata}
+        for field_name, values in names.items():
+            for value in values:
+                if "/" in value or "\\" in value:
+                    raise ValueError(
+                        f"OwnFormat {self.name!r}: {field_name}={value!r} names a path; it is matched "
+                        f"against bare file names (in every folder of the save), so it never matches: "
+                        f"give the file name alone, e.g. {value.replace(chr(92), '/').rsplit('/', 1)[-1]!r}"
+                    )
+        if self.rank_file and "{rank}" not in self.rank_file:
+            raise ValueError(
+                f"OwnFormat {self.name!r}: rank_file={self.rank_file!r} has no {{rank}}: the "
+                "missing_shard damage needs the last rank's own files"
+            )
 
     def data_files(self, path: Path) -> list[Path]:
         """The files holding its data (all it wrote unless `data` says)."""
