@@ -169,3 +169,29 @@ def test_an_error_is_a_refusal_unless_its_finding_says_it_follows_silent_harm() 
     assert record_impact(error, []) == "refuses"
     assert record_impact(error, [by_id["dcp-pipeline-param-groups-lost"]]) == "loses"
     assert record_impact(crash, [by_id["fsdp1-full-offload-cpu-crash"]]) == "crashes"
+
+
+LBFGS_INIT = """[save phase, 2 ranks] rank 0 raised TypeError first in strategy.save:
+Traceback (most recent call last):
+  File "site-packages/olmo_core/distributed/checkpoint/__init__.py", line 97, in save_model_and_optim_state
+    optim_state = get_optimizer_state_dict(model, optim)
+  File "site-packages/torch/distributed/checkpoint/state_dict.py", line 1042, in get_optimizer_state_dict
+    _init_optim_state(optim)
+  File "site-packages/torch/distributed/checkpoint/state_dict.py", line 640, in _init_optim_state
+    optim.step(closure=None)
+  File "site-packages/torch/optim/lbfgs.py", line 330, in step
+    orig_loss = closure()
+TypeError: 'NoneType' object is not callable"""
+
+
+def test_a_torch_finding_explains_a_registered_row_by_what_its_cell_does() -> None:
+    """A finding about torch matches a cell by what it does (the optimizer, the API its traceback
+    reaches, the error), not by the strategy's name: a library row never seen before, whose
+    LBFGS cell reaches DSD's _init_optim_state, is explained; the same error from elsewhere is
+    not."""
+    lbfgs = next(f for f in FINDINGS if f.id == "dsd-init-optim-state-lbfgs-closure")
+    cell = "newlib-fsdp2-sharded-newlib-lbfgs-mlp-w2"
+    assert lbfgs.explains(_cell(cell, Outcome.ERROR, LBFGS_INIT))
+    elsewhere = LBFGS_INIT.replace("_init_optim_state", "own_init_step")
+    assert not lbfgs.explains(_cell(cell, Outcome.ERROR, elsewhere))
+    assert not lbfgs.explains(_cell(cell.replace("lbfgs", "adamw"), Outcome.ERROR, LBFGS_INIT))
