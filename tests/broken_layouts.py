@@ -4,6 +4,7 @@ Factories are module-level functions: cells pickle them by name."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from conformance.case import Case
@@ -100,6 +101,27 @@ class LeaksWrapperPrefix(Delegating):
         out = {"model": {k: _full(v.detach()) for k, v in named}}
         out["optim"] = self.base._state_dict(state)["optim"]  # type: ignore[attr-defined]
         self.base.storage.save(out, path, ctx)  # type: ignore[attr-defined]
+
+
+@dataclass
+class ShardsExpertsOverTheWorld(Delegating):
+    """Not expert-parallel aware: each rank's `experts.0` (another expert on each rank) is
+    sharded over every rank with the rest of the model, as if the ranks held one tensor (FSDP2
+    on the world's mesh, FSDP1 on the default group), so training runs on a tensor made of
+    several experts. It round-trips consistently and each rank holds fewer elements than the
+    model: only the experts' sanity rule tells."""
+
+    family: str = "fsdp2"
+
+    def wrap(self, model, ctx):  # type: ignore[no-untyped-def]
+        model.expert_parallel = False  # what a wrapper that knows nothing of experts sees
+        if self.family == "fsdp2":
+            return Fsdp2Wrapper().wrap(model, ctx)
+        return Fsdp1Wrapper("full_shard").wrap(model, ctx)
+
+
+def shards_experts_over_the_world(case: Case) -> Strategy:
+    return ShardsExpertsOverTheWorld(builtin_strategy(case), case.family)
 
 
 def _make(cls: type[Delegating], name: str):  # type: ignore[no-untyped-def]

@@ -20,6 +20,8 @@ from tests import broken_layouts
 
 FSDP2_TP = Case("fsdp2", "tp", "dsd_sharded", "dcp", "adamw", "llama", 2, mesh="1x2")
 TP = Case("tp", "tp", "dsd_sharded", "dcp", "adamw", "llama", 2)
+MOE_FSDP2 = Case("fsdp2", "shard", "dsd_sharded", "torch_save_per_rank", "adamw", "moe", 4)
+MOE_FSDP1 = Case("fsdp1", "full_shard", "sd_sharded", "torch_save_per_rank", "adamw", "moe", 4)
 EP = Case("fsdp2", "ep", "dsd_sharded", "dcp", "adamw", "moe_dtensor", 2, mesh="1x2")
 PP = Case("pp", "stages", "dsd_sharded_flat", "torch_save_per_rank", "adamw", "llama", 2)
 PP_FSDP = Case("pp", "fsdp", "dsd_sharded_flat", "dcp", "adamw", "llama", 4, mesh="2x2")
@@ -55,6 +57,8 @@ CONTROLS = [
     dataclasses.replace(COMPILED_FULL, check="hygiene"),
     PP_TO_ONE,
     TWO_D_TO_FSDP,
+    MOE_FSDP2,
+    MOE_FSDP1,
 ]
 
 
@@ -84,6 +88,18 @@ BROKEN: list[tuple[Callable[[Case], object], Case, list[str]]] = [
         broken_layouts.tp_replicates,
         EP,
         ["sanity: rank 0: experts.w1 is not a shard over mesh dim 'ep'", "expert parallelism shards it"],
+    ),
+    (  # each rank's own expert sharded over the world as one tensor: the experts' sanity rule
+        broken_layouts.shards_experts_over_the_world,
+        MOE_FSDP2,
+        [
+            "sanity: rank 0: experts.0.0.bias (expert 0) is spread over ranks [0, 1, 2, 3], which hold experts [0, 1]"
+        ],
+    ),
+    (
+        broken_layouts.shards_experts_over_the_world,
+        MOE_FSDP1,
+        ["sanity: rank 0: experts.0 (expert 0) is spread over ranks [0, 1, 2, 3], which hold experts [0, 1]"],
     ),
     (
         broken_layouts.drops_last_stage,

@@ -7,7 +7,8 @@ position in every HSDP replica group) hold bitwise-equal parameters (replicas th
 syncing fail). Under tensor parallelism every weight the model's plan parallelizes is a
 DTensor sharded over the mesh dimension "tp" on every rank (not a replica); in a pipeline
 every rank holds its own stage's parameters, no two ranks the same one, all of them together
-the whole model.
+the whole model. An expert-parallel model's expert is spread only over ranks holding that
+expert.
 """
 
 from __future__ import annotations
@@ -98,6 +99,50 @@ def stage_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
     return problems
 
 
+def _expert_spreads(model: nn.Module) -> dict[str, list[int]]:
+    """{expert module or parameter (clean name): the ranks one copy of it is spread over}: a
+    DTensor parameter's mesh, or the process group of the innermost FSDP1 unit around an expert
+    module (`experts.<k>`)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    spreads: dict[str, list[int]] = {}
+    for name, param in model.named_parameters():
+        mesh = getattr(param, "device_mesh", None)
+        if clean_name(name).startswith("experts.") and mesh is not None:
+            spreads[clean_name(name)] = sorted(mesh.mesh.flatten().tolist())
+    units: dict[str, list[int]] = {}  # module path -> ranks of the innermost FSDP1 unit around it
+    for path, module in model.named_modules():
+        ranks = units.get(path.rsplit(".", 1)[0] if "." in path else "") if path else None
+        if isinstance(module, FSDP):
+            ranks = dist.get_process_group_ranks(module.process_group)
+        if ranks is not None:
+            units[path] = ranks
+            clean = clean_name(path)
+            if clean.startswith("experts.") and clean.count(".") == 1:
+                spreads.setdefault(clean, ranks)
+    return spreads
+
+
+def expert_problems(case: Case, ctx: RankContext, model: nn.Module) -> list[str]:
+    """An expert-parallel model (each rank holds one expert under a name every rank uses): each
+    rank's expert is spread only over ranks that hold the same expert. A wrap that shards rank
+    r's `experts.0` over the whole world makes one tensor of several experts, which trains and
+    round-trips consistently and holds the right number of elements. A collective."""
+    if not getattr(model_class(case.model), "expert_parallel", False) or ctx.world_size < 2:
+        return []
+    mine = next((m.expert_index for m in model.modules() if hasattr(m, "expert_index")), None)
+    experts: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(experts, mine)
+    for name, ranks in sorted(_expert_spreads(model).items()):
+        held = sorted({experts[r] for r in ranks})
+        if held != [mine]:
+            return [
+                f"rank {ctx.rank}: {name} (expert {mine}) is spread over ranks {ranks}, which hold "
+                f"experts {held}: one tensor made of several experts (not expert-parallel aware?)"
+            ]
+    return []
+
+
 def sharding_problems(case: Case, ctx: RankContext, model: nn.Module, strategy: Any = None) -> list[str]:
     """What is wrong with how the model is spread over the ranks (a collective). A plain
     module (no wrapper) trains alone on each rank: nothing to check. strategy: the strategy
@@ -137,6 +182,7 @@ def sharding_problems(case: Case, ctx: RankContext, model: nn.Module, strategy: 
                 )
                 break
     problems += tp_problems(case, ctx, model) + stage_problems(case, ctx, model)
+    problems += expert_problems(case, ctx, model)
     return [f"sanity: {p}" for p in problems]
 
 
