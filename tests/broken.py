@@ -573,6 +573,18 @@ class HangsOnLoad(Delegating):
         time.sleep(3600)
 
 
+class RefusesOnRankZeroOnly(Delegating):
+    """The load raises on rank 0 alone; every other rank goes on into a collective that rank 0
+    never joins, and waits there (a library that checks its files on one rank)."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        import torch.distributed as dist
+
+        if ctx.rank == 0:
+            raise RuntimeError("the checkpoint is damaged (seen on rank 0 only)")
+        dist.barrier()
+
+
 class TuplesBecomeLists(Delegating):
     """Every tensor bit-exact; AdamW's betas come back as a list (a pure type drift)."""
 
@@ -586,6 +598,7 @@ zeroes_moments = _factory(ZeroesMoments, "zeroes_moments")
 load_raises_key_error = _factory(LoadRaisesKeyError, "load_raises_key_error")
 load_raises_value_error = _factory(LoadRaisesValueError, "load_raises_value_error")
 hangs_on_load = _factory(HangsOnLoad, "hangs_on_load")
+refuses_on_rank_zero_only = _factory(RefusesOnRankZeroOnly, "refuses_on_rank_zero_only")
 tuples_become_lists = _factory(TuplesBecomeLists, "tuples_become_lists")
 crashes_on_save = _factory(CrashesOnSave, "crashes_on_save")
 

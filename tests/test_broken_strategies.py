@@ -254,6 +254,8 @@ def test_a_refusal_passes_only_when_the_load_raises(pool: WorldPool) -> None:
         refused.detail
     )
     assert "FileNotFoundError" in refused.detail
+    # rank 0 returned from its load and waits in the harness's check after it: not the strategy's
+    assert "(rank 0 in the harness's own code; waiting in a collective?)" in refused.detail
     swallowed = run_case(
         pool, GROW, backend="gloo", timeout_s=60, strategy_factory=broken.swallows_load_errors
     )
@@ -333,3 +335,28 @@ def test_an_async_save_that_stages_after_the_step_is_caught(pool: WorldPool) -> 
     result = run_case(pool, cell, backend="gloo", timeout_s=60, strategy_factory=broken.stages_after_the_step)
     assert result.outcome is Outcome.FAIL, result.detail
     assert "values differ" in result.detail
+
+
+def test_a_refusal_on_one_rank_that_leaves_its_peers_waiting_is_a_hang(pool: WorldPool) -> None:
+    """A load must end on every rank for its refusal to pass: rank 0 raising while rank 1 waits
+    in a collective is what a user's run does until the process group's timeout. The same
+    refusal on every rank still passes (the control)."""
+    cell = _check(DDP, "corrupt", "truncated")
+    result = run_case(
+        pool, cell, backend="gloo", timeout_s=60, strategy_factory=broken.refuses_on_rank_zero_only
+    )
+    assert result.outcome is Outcome.HANG, result.detail
+    assert "strategy.load raised on one rank and left ranks [1] waiting inside" in result.detail
+    assert "seen on rank 0 only" in result.detail
+    hung = [o for o in result.records if o.kind == "hang"]
+    assert [(o.scope, o.message) for o in hung] == [
+        (
+            "load phase",
+            "ranks [1] never ended strategy.load after a rank raised in it (rank 1 in strategy.load)",
+        )
+    ]
+    control = run_case(
+        pool, cell, backend="gloo", timeout_s=60, strategy_factory=broken.load_raises_key_error
+    )
+    assert control.outcome is Outcome.PASS, control.detail
+    assert control.detail.startswith("the load raised, as it must"), control.detail

@@ -109,8 +109,9 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
             LoadSpec(load_case, str(directory), written[0]["expected"], factory),
         )
     except PhaseError as exc:
-        if exc.raised_by(*LOADING_CALLS):
-            return Outcome.PASS, f"the load raised, as it must ({done}):\n{exc.detail}"
+        refused = phases.refusal(exc, LOADING_CALLS, f"the load raised, as it must ({done})")
+        if refused:
+            return refused
         if exc.outcome is Outcome.HARNESS_ERROR:  # whether the load raised is not known
             return exc.outcome, f"{done}; then the harness raised:\n{exc.detail}"
         return exc.outcome, f"{done}; the load did not raise but:\n{exc.detail}"

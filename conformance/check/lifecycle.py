@@ -196,8 +196,10 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
     try:
         resumed = phases.run("restart", case.world_size, resume_phase, restart, other_world=True)[0]
     except PhaseError as exc:
-        if scenario.may_refuse and exc.raised_by(RESUME_CALL) and not problems:
-            return Outcome.PASS, f"the resume refused, as it may:\n{exc.detail}"
+        if scenario.may_refuse and not problems:
+            refused = phases.refusal(exc, (RESUME_CALL,), "the resume refused, as it may")
+            if refused:
+                return refused
         return exc.outcome, exc.detail
     outcome, detail, records = resume_verdict(scenario, expected, resumed)
     if scenario.killed:

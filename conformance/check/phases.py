@@ -8,6 +8,7 @@ does not end ok ends the check with that outcome, its detail led by the phase's 
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Hashable
@@ -33,10 +34,20 @@ class PhaseError(Exception):
     """A phase ended with an error, harness error, crash or hang; `detail` is the world's, led
     by the phase."""
 
-    def __init__(self, outcome: Outcome, phase: str, detail: str, raised_in: str = "") -> None:
+    def __init__(
+        self,
+        outcome: Outcome,
+        phase: str,
+        detail: str,
+        raised_in: str = "",
+        unfinished: tuple[tuple[int, str], ...] = (),
+    ) -> None:
         super().__init__(f"[{phase}] {detail}")
         self.outcome, self.phase, self.detail = outcome, phase, f"[{phase}] {detail}"
         self.raised_in = raised_in  # an error: the call under test it escaped from
+        # an error: the ranks that never ended the phase after it, each with the call under test
+        # it was inside ("" for the harness's own code)
+        self.unfinished = unfinished
 
     def raised_by(self, *calls: str) -> bool:
         """Whether the phase ended in an error of the code under test, in one of `calls`."""
@@ -116,10 +127,33 @@ class Phases:
                 f"{phase} phase, {size} ranks",
                 run.described(run.detail),
                 run.raised_in,
+                run.unfinished,
             )
         if run.note:
             self.reruns.append((phase, run))
         return run.values
+
+    def refusal(self, exc: PhaseError, calls: tuple[str, ...], said: str) -> tuple[Outcome, str] | None:
+        """How a phase that may refuse ended, where it raised: a pass, its detail led by `said`,
+        when the code under test raised in one of `calls` and every rank ended the phase
+        (raised or returned); a hang when it raised there on some rank while others never
+        ended it (left in a collective, as a user's run would wait until the process group's
+        timeout: that is no refusal), recorded; None for any other end (no refusal)."""
+        if not exc.raised_by(*calls):
+            return None
+        inside = [(rank, call) for rank, call in exc.unfinished if call]
+        if not inside:  # every rank ended the call (a rank may wait in the harness's code after it)
+            return Outcome.PASS, f"{said}:\n{exc.detail}"
+        waiting = [rank for rank, _ in inside]
+        where = ", ".join(f"rank {rank} in {call}" for rank, call in inside)
+        scope = re.sub(r", \d+ ranks?$", "", exc.phase)
+        message = f"ranks {waiting} never ended {exc.raised_in} after a rank raised in it ({where})"
+        self.observed.append(Observed(scope, "hang", "", None, message))
+        return Outcome.HANG, (
+            f"{exc.raised_in} raised on one rank and left ranks {waiting} waiting inside the code "
+            f"under test ({where}): a refusal must end every rank; left alone they wait until the "
+            f"process group's timeout:\n{exc.detail}"
+        )
 
     def save(
         self,

@@ -134,8 +134,10 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
     try:
         loaded = phases.run("load", case.world_size, load_phase, spec)
     except PhaseError as exc:
-        if exc.raised_by(*LOADING_CALLS) and not problems:
-            return Outcome.PASS, f"the load into {template.meaning} raised:\n{exc.detail}"
+        if not problems:
+            refused = phases.refusal(exc, LOADING_CALLS, f"the load into {template.meaning} raised")
+            if refused:
+                return refused
         return exc.outcome, exc.detail
     phases.observed += observed_of(written, loaded)
     return load_verdict(problems, loaded, f"loaded into {template.meaning}")

@@ -155,8 +155,10 @@ def execute(phases: Phases, transfer: Transfer, under: Under) -> Verdict:
             LoadSpec(load, directory, written[0]["expected"], under.factory_of(transfer, load)),
         )
     except PhaseError as exc:
-        if refusal and exc.raised_by(*LOADING_CALLS) and not problems:
-            return Outcome.PASS, f"refused, as it must ({refusal}):\n{exc.detail}"
+        if refusal and not problems:
+            refused = phases.refusal(exc, LOADING_CALLS, f"refused, as it must ({refusal})")
+            if refused:
+                return refused
         return exc.outcome, exc.detail
     phases.observed += observed_of(written, loaded)
     where = f"saved by {save.config} in {save.world_size} ranks, loaded by {load.config} in {load.world_size}"

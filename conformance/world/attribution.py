@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 
 _MARK = "_conformance_raised_in"
 
@@ -22,11 +24,57 @@ class CheckVerdict(AssertionError):
     """Raised by a check on purpose, about the code under test: the cell is its error."""
 
 
+@dataclass
+class CallTrace:
+    """Where this rank is: the calls under test it is inside, innermost last, each entry and
+    exit written to `path` (the innermost call, or "" in the harness's own code), so that the
+    world can tell, of a rank that never ends a cell, whether it waits inside the code under
+    test or in the harness around it. One per rank process, set for each cell (`tracing`)."""
+
+    path: Path | None = None
+    calls: list[str] = field(default_factory=list)
+
+    def _write(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                self.path.write_text(self.calls[-1] if self.calls else "")
+
+
+_TRACE = CallTrace()  # this process's: a rank runs one cell at a time
+
+
+@contextlib.contextmanager
+def tracing(path: Path) -> Iterator[None]:
+    """Record at `path`, while the body runs, which call under test this rank is inside."""
+    _TRACE.path, _TRACE.calls = path, []
+    _TRACE._write()
+    try:
+        yield
+    finally:
+        _TRACE.path, _TRACE.calls = None, []
+
+
+def trace_path(cell_dir: Path, rank: int) -> Path:
+    """Where a rank traces its calls under test during a cell."""
+    return cell_dir / f"rank{rank}.in"
+
+
+def waiting_in(path: Path) -> str:
+    """The call under test a rank traced at `path` is inside ("" for the harness's own code,
+    or where it never traced)."""
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 @contextlib.contextmanager
 def code_under_test(call: str) -> Iterator[None]:
     """Run the body as code under test: an exception escaping it is marked with `call` (for
     example "strategy.load") and goes on its way unchanged (type, message, traceback). The
     innermost call names it."""
+    _TRACE.calls.append(call)
+    _TRACE._write()
     try:
         yield
     except BaseException as exc:
@@ -34,6 +82,9 @@ def code_under_test(call: str) -> Iterator[None]:
             with contextlib.suppress(AttributeError, TypeError):
                 setattr(exc, _MARK, call)
         raise
+    finally:
+        _TRACE.calls.pop()
+        _TRACE._write()
 
 
 @contextlib.contextmanager
@@ -41,6 +92,8 @@ def harness_code() -> Iterator[None]:
     """Run the body as the harness's own code even inside `code_under_test` (a template the harness
     shapes within a strategy's load): an exception escaping it is a harness-error, never the
     strategy's."""
+    _TRACE.calls.append("")
+    _TRACE._write()
     try:
         yield
     except BaseException as exc:
@@ -48,6 +101,9 @@ def harness_code() -> Iterator[None]:
             with contextlib.suppress(AttributeError, TypeError):
                 setattr(exc, _MARK, "")
         raise
+    finally:
+        _TRACE.calls.pop()
+        _TRACE._write()
 
 
 def raised_in(exc: BaseException) -> str | None:

@@ -19,6 +19,10 @@ class CellRun:
     duration_s: float = 0.0
     note: str = ""  # one line: how the pool came by this run (a rerun in a fresh world)
     raised_in: str = ""  # error: the call under test the first error escaped from
+    # error: the ranks that had not ended the cell (raised or returned) within the world's grace
+    # after the first error, each with the call under test it was inside ("" for the harness's
+    # own code): waiting, as a rank left alone in a collective waits
+    unfinished: tuple[tuple[int, str], ...] = ()
     first_run: str = ""  # the detail of the run this one replaced, kept whole
     # crash: the rank died re-creating the warm world's process group, before the cell began
     # (a fault of the world, which the pool answers with a fresh world, never the cell's)

@@ -25,12 +25,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from conformance.world.attribution import raised_in
+from conformance.world.attribution import raised_in, trace_path, tracing
 from conformance.world.devices import process_group_backend
 
 CellFn = Callable[[Any, Any], Any]  # (RankContext, arg) -> picklable value
 
 CELL_MARK = "--- cell in "  # what a rank prints as a cell begins (the world reads it)
+# The world's message to the ranks that ended a cell while a peer is still inside it: tear down
+# the default group, so that the peer's collective fails (the next cell gets a fresh group).
+RELEASE = "release"
 
 
 @dataclass(frozen=True)
@@ -153,18 +156,20 @@ def groups_as_in_a_fresh_process(tag: str) -> Iterator[None]:
             _world.pg_map[default] = (backend, store)
 
 
-def execute_cell(fn: CellFn, arg: Any, ctx: Any) -> RankReply:
+def execute_cell(fn: CellFn, arg: Any, ctx: Any, *, release: bool = True) -> RankReply:
     """Run one cell function on this rank, then reset what a cell may have changed. When it
-    raises, the default group is torn down at once: a peer blocked in a collective with this
-    rank then fails instead of waiting for the timeout (the traceback's frames hold the cell's
-    models, which hold the group: they are freed first, or its sockets stay open). Whoever
-    runs the next cell must give every rank a fresh default group first."""
+    raises, the traceback's frames (which hold the cell's models, which hold the group) are
+    freed, and with `release` the default group is torn down at once: a peer blocked in a
+    collective with this rank then fails instead of waiting for the timeout. Without it the
+    group stays until the world sends RELEASE (conformance.world.world: a peer still inside the
+    cell is first seen waiting, then freed). Whoever runs the next cell must give every rank a
+    fresh default group first."""
     import torch.distributed as dist
 
     reset_globals(ctx.seed)
     cwd = os.getcwd()
     try:
-        with groups_as_in_a_fresh_process(ctx.cell_dir.name):
+        with groups_as_in_a_fresh_process(ctx.cell_dir.name), tracing(trace_path(ctx.cell_dir, ctx.rank)):
             value = fn(ctx, arg)
         reply = RankReply(ctx.rank, True, value, "", "", time.monotonic())
     except KeyboardInterrupt:
@@ -182,7 +187,7 @@ def execute_cell(fn: CellFn, arg: Any, ctx: Any) -> RankReply:
         traceback.clear_frames(exc.__traceback__)
         del exc
         gc.collect()
-        if dist.is_initialized():
+        if release and dist.is_initialized():
             dist.destroy_process_group()
     finally:
         os.chdir(cwd)
@@ -263,12 +268,16 @@ def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg
             continue
         if msg is None:
             break
+        if msg == RELEASE:  # a peer is still inside the last cell: let go of the group it waits in
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            continue
         if msg.fresh_group:
             generation += 1
             _init_default_group(store, generation, rank, size, backend, pg_timeout_s)
         ctx = RankContext(rank, size, backend, device, Path(msg.cell_dir), msg.seed)
         print(f"{CELL_MARK}{msg.cell_dir}", flush=True)
-        reply = execute_cell(msg.fn, msg.arg, ctx)
+        reply = execute_cell(msg.fn, msg.arg, ctx, release=False)
         try:
             _reply(conn, reply)
         except Exception as exc:  # an unpicklable value is an error of the cell, not of the world

@@ -23,10 +23,10 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from conformance.world.attribution import error_status
+from conformance.world.attribution import error_status, trace_path, waiting_in
 from conformance.world.cellrun import CellRun
 from conformance.world.launcher import Launcher, RankArgs, RankProcess, SpawnLauncher
-from conformance.world.rank import CELL_MARK, CellFn, CellMessage, RankReply
+from conformance.world.rank import CELL_MARK, RELEASE, CellFn, CellMessage, RankReply
 from conformance.world.template import LaunchError
 
 LOG_TAIL_CHARS = 4000
@@ -34,6 +34,9 @@ LOG_TAIL_CHARS = 4000
 
 class WorldStartError(RuntimeError):
     """The world's ranks could not be started or did not rendezvous in time."""
+
+
+HARNESS_CODE = "the harness's own code"
 
 
 def where(reply: RankReply) -> str:
@@ -53,6 +56,10 @@ def describe_exit(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
+def _last_line(text: str) -> str:
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")[:300]
+
+
 def _tail(text: str, limit: int = LOG_TAIL_CHARS) -> str:
     return text if len(text) <= limit else "...\n" + text[-limit:]
 
@@ -65,7 +72,8 @@ class World:
         root: Path | None = None,
         *,
         start_timeout_s: float = 120.0,
-        error_grace_s: float = 1.0,
+        error_grace_s: float = 3.0,
+        release_wait_s: float = 3.0,
         preload: tuple[str, ...] = (),
         launcher: Launcher | None = None,
     ) -> None:
@@ -78,7 +86,11 @@ class World:
         self.preload = preload
         self.size = size
         self.start_timeout_s = start_timeout_s
+        # how long the other ranks may take to end a cell (raise or return) after one raised: a
+        # rank still inside it then waits for a peer that left (a collective), and a check
+        # where the load must refuse counts it as a hang (conformance.check.phases)
         self.error_grace_s = error_grace_s
+        self.release_wait_s = release_wait_s  # then how long a released rank may take to end
         self.dir = Path(tempfile.mkdtemp(prefix=f"world-{backend}-w{size}-", dir=root))
         self._procs: list[RankProcess] = []
         self._conns: list[Connection] = []
@@ -193,7 +205,7 @@ class World:
                 conn.send_bytes(pickle.dumps(message))
         except OSError:
             pass  # a dead rank: its socket reads as EOF below, a crash
-        run, unfinished = self._collect(t0, timeout_s, offsets)
+        run, unfinished = self._collect(t0, timeout_s, offsets, cell_dir)
         run = dataclasses.replace(run, duration_s=time.monotonic() - t0)
         if run.status == "crash" and message.fresh_group and not self._cell_began(offsets):
             run = dataclasses.replace(run, before_cell=True)
@@ -204,7 +216,9 @@ class World:
             shutil.rmtree(cell_dir, ignore_errors=True)
         return run
 
-    def _collect(self, t0: float, timeout_s: float, offsets: dict[int, int]) -> tuple[CellRun, bool]:
+    def _collect(
+        self, t0: float, timeout_s: float, offsets: dict[int, int], cell_dir: Path
+    ) -> tuple[CellRun, bool]:
         """How the cell ended, and whether some rank is still inside it."""
         replies: dict[int, RankReply] = {}
         deadline = t0 + timeout_s
@@ -232,8 +246,12 @@ class World:
         missing = [r for r in range(self.size) if r not in replies]
         if errors:
             status = error_status(errors[0].raised_in)
-            detail = self._error_detail(errors, missing, offsets)
-            return CellRun(status, detail=detail, raised_in=errors[0].raised_in), bool(missing)
+            waiting = tuple((r, waiting_in(trace_path(cell_dir, r))) for r in missing)
+            detail = self._error_detail(errors, waiting, offsets)
+            if missing:
+                detail += self._release(replies, missing)
+            run = CellRun(status, detail=detail, raised_in=errors[0].raised_in, unfinished=waiting)
+            return run, len(replies) < self.size
         if missing:
             return CellRun(
                 "hang",
@@ -243,7 +261,35 @@ class World:
             ), True
         return CellRun("ok", values=[replies[r].value for r in range(self.size)]), False
 
-    def _error_detail(self, errors: list[RankReply], missing: list[int], offsets: dict[int, int]) -> str:
+    def _release(self, replies: dict[int, RankReply], missing: list[int]) -> str:
+        """Tell the ranks that ended the cell to let go of their default group, so that the
+        `missing` ranks' collectives with them fail, and wait a moment for those to end (added
+        to `replies`); what they said, for the detail. A rank still inside then is killed with
+        the world."""
+        for rank in replies:
+            with contextlib.suppress(OSError):
+                self._conns[rank].send_bytes(pickle.dumps(RELEASE))
+        deadline = time.monotonic() + self.release_wait_s
+        late: list[str] = []
+        while missing and (left := deadline - time.monotonic()) > 0:
+            pending = [self._conns[r] for r in missing]
+            for obj in wait(pending, timeout=left):
+                rank = self._conns.index(obj)  # type: ignore[arg-type]
+                missing.remove(rank)
+                try:
+                    reply = pickle.loads(obj.recv_bytes())  # type: ignore[union-attr]
+                except (EOFError, OSError):
+                    continue  # died: the world is killed below
+                replies[rank] = reply
+                ended = "returned" if reply.ok else f"raised {reply.error_type}{where(reply)}"
+                late.append(f"rank {rank} {ended}" + ("" if reply.ok else f": {_last_line(reply.error)}"))
+        if not late:
+            return ""
+        return "\n--- once the other ranks let go of the group: " + "; ".join(late)
+
+    def _error_detail(
+        self, errors: list[RankReply], waiting: tuple[tuple[int, str], ...], offsets: dict[int, int]
+    ) -> str:
         first, rest = errors[0], errors[1:]
         lines = [f"rank {first.rank} raised {first.error_type} first{where(first)}:", first.error.rstrip()]
         for other in rest:
@@ -252,10 +298,12 @@ class World:
                 _tail(other.error.rstrip(), 1500),
             ]
         text = "\n".join(lines)
-        if missing:
+        if waiting:
+            missing = [r for r, _ in waiting]
+            places = ", ".join(f"rank {r} in {call or HARNESS_CODE}" for r, call in waiting)
             text += (
                 f"\n--- ranks {missing} did not finish within {self.error_grace_s:g} s after the error "
-                "(waiting in a collective?); their stacks:" + self._dump_stacks(missing, offsets)
+                f"({places}; waiting in a collective?); their stacks:" + self._dump_stacks(missing, offsets)
             )
         return text
 
