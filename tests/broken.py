@@ -585,6 +585,29 @@ class RefusesOnRankZeroOnly(Delegating):
         dist.barrier()
 
 
+class ReadsOutsideAProcessGroupOnly(Delegating):
+    """Not broken: its offline reader refuses inside a process group, as some libraries' one-
+    process tools do (a control: the hygiene read must run as a program of one process)."""
+
+    def read_model_state(self, path):  # type: ignore[no-untyped-def]
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            raise RuntimeError("this tool runs in one process: torch.distributed is initialised")
+        return self.base.read_model_state(path)  # type: ignore[attr-defined]
+
+
+class ExitsInLoad(Delegating):
+    """Rank 1's process exits inside the load (a library calling os._exit on a bad file)."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        import os
+
+        if ctx.rank == 1:
+            os._exit(1)
+        self.base.load(state, path, ctx)
+
+
 class TuplesBecomeLists(Delegating):
     """Every tensor bit-exact; AdamW's betas come back as a list (a pure type drift)."""
 
@@ -599,6 +622,10 @@ load_raises_key_error = _factory(LoadRaisesKeyError, "load_raises_key_error")
 load_raises_value_error = _factory(LoadRaisesValueError, "load_raises_value_error")
 hangs_on_load = _factory(HangsOnLoad, "hangs_on_load")
 refuses_on_rank_zero_only = _factory(RefusesOnRankZeroOnly, "refuses_on_rank_zero_only")
+exits_in_load = _factory(ExitsInLoad, "exits_in_load")
+reads_outside_a_process_group_only = _factory(
+    ReadsOutsideAProcessGroupOnly, "reads_outside_a_process_group_only"
+)
 tuples_become_lists = _factory(TuplesBecomeLists, "tuples_become_lists")
 crashes_on_save = _factory(CrashesOnSave, "crashes_on_save")
 

@@ -360,3 +360,23 @@ def test_a_refusal_on_one_rank_that_leaves_its_peers_waiting_is_a_hang(pool: Wor
     )
     assert control.outcome is Outcome.PASS, control.detail
     assert control.detail.startswith("the load raised, as it must"), control.detail
+
+
+def test_the_hygiene_read_runs_as_a_program_of_one_process(pool: WorldPool) -> None:
+    """read_model_state runs with torch.distributed not initialised, as an inference user's
+    program reads a checkpoint: a reader that refuses inside a process group passes; the 1-rank
+    world then serves the next cell with a fresh group."""
+    cell = _check(DDP, "hygiene")
+    reader = broken.reads_outside_a_process_group_only
+    result = run_case(pool, cell, backend="gloo", timeout_s=60, strategy_factory=reader)
+    assert result.outcome is Outcome.PASS, result.detail
+    one_rank = dataclasses.replace(DDP, world_size=1)
+    after = run_case(pool, one_rank, backend="gloo", timeout_s=60, strategy_factory=builtin_strategy)
+    assert after.outcome is Outcome.PASS, after.detail
+
+
+def test_a_rank_that_dies_names_the_call_it_died_in(pool: WorldPool) -> None:
+    """A rank's os._exit inside the strategy's load: the crash's first line says where."""
+    result = run_case(pool, DDP, backend="gloo", timeout_s=60, strategy_factory=broken.exits_in_load)
+    assert result.outcome is Outcome.CRASH, result.detail
+    assert result.detail.startswith("rank 1 exited with code 1 (in strategy.load)"), result.detail

@@ -37,6 +37,7 @@ from conformance.outcome import Outcome
 from conformance.precision.registry import mixed_precisions
 from conformance.strategy.under_test import strategy_under_test
 from conformance.world import RankContext
+from conformance.world.rank import one_process
 
 # A wrapper's name segment, whichever wrapper: a private attribute that holds the wrapped module
 # (`_fsdp_wrapped_module.`, `_checkpoint_wrapped_module.`, torch.compile's `_orig_mod.`, and any
@@ -123,6 +124,7 @@ def _as_saved(live: Any, loaded: torch.Tensor) -> Any:
     return live.to(loaded.dtype) if lower else live
 
 
+@one_process  # as an inference user reads it: no process group
 def inspect_phase(ctx: RankContext, spec: InspectSpec) -> dict[str, Any]:
     strategy = strategy_under_test(spec.strategy_factory, spec.case)
     state = strategy.read_model_state(Path(spec.directory))  # type: ignore[attr-defined]

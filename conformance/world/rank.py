@@ -43,6 +43,21 @@ class CellMessage:
     cell_dir: str
     seed: int
     fresh_group: bool  # re-create the default process group before the cell
+    # run the cell with no process group, as a program of one process would (`one_process`)
+    without_group: bool = False
+
+
+def one_process(fn: CellFn) -> CellFn:
+    """Mark a cell function to run as a program of one process runs: with torch.distributed
+    not initialised (a world of one rank tears its default group down first; the next cell gets
+    a fresh one), so that a library's offline tool that refuses inside a process group can be
+    called as its documentation says."""
+    fn.one_process = True  # type: ignore[attr-defined]
+    return fn
+
+
+def runs_in_one_process(fn: CellFn) -> bool:
+    return bool(getattr(fn, "one_process", False))
 
 
 @dataclass(frozen=True)
@@ -275,6 +290,8 @@ def rank_main(rank: int, size: int, backend: str, store_path: str, conn: Any, pg
         if msg.fresh_group:
             generation += 1
             _init_default_group(store, generation, rank, size, backend, pg_timeout_s)
+        if msg.without_group and dist.is_initialized():
+            dist.destroy_process_group()
         ctx = RankContext(rank, size, backend, device, Path(msg.cell_dir), msg.seed)
         print(f"{CELL_MARK}{msg.cell_dir}", flush=True)
         reply = execute_cell(msg.fn, msg.arg, ctx, release=False)

@@ -26,7 +26,7 @@ from typing import Any
 from conformance.world.attribution import error_status, trace_path, waiting_in
 from conformance.world.cellrun import CellRun
 from conformance.world.launcher import Launcher, RankArgs, RankProcess, SpawnLauncher
-from conformance.world.rank import CELL_MARK, RELEASE, CellFn, CellMessage, RankReply
+from conformance.world.rank import CELL_MARK, RELEASE, CellFn, CellMessage, RankReply, runs_in_one_process
 from conformance.world.template import LaunchError
 
 LOG_TAIL_CHARS = 4000
@@ -198,7 +198,10 @@ class World:
         cell_dir = self.dir / f"cell{self._cells}"
         cell_dir.mkdir()
         offsets = {r: self._log_size(r) for r in range(self.size)}
-        message = CellMessage(fn, arg, str(cell_dir), seed, self._fresh_group)
+        alone = runs_in_one_process(fn)
+        if alone and self.size != 1:
+            raise ValueError(f"{getattr(fn, '__qualname__', fn)!r} runs in one process: a world of 1 rank")
+        message = CellMessage(fn, arg, str(cell_dir), seed, self._fresh_group, alone)
         t0 = time.monotonic()
         try:
             for conn in self._conns:
@@ -209,7 +212,7 @@ class World:
         run = dataclasses.replace(run, duration_s=time.monotonic() - t0)
         if run.status == "crash" and message.fresh_group and not self._cell_began(offsets):
             run = dataclasses.replace(run, before_cell=True)
-        self._fresh_group = run.status != "ok"
+        self._fresh_group = run.status != "ok" or alone
         if run.status in ("crash", "hang") or unfinished:
             self.kill()  # a rank still inside the cell would pair its collectives with the next
         else:
@@ -234,14 +237,14 @@ class World:
                 try:
                     reply = pickle.loads(obj.recv_bytes())  # type: ignore[union-attr]
                 except (EOFError, OSError):
-                    return self._crash(rank, offsets), True
+                    return self._crash(rank, offsets, cell_dir), True
                 replies[rank] = reply
                 if not reply.ok and first_error_at is None:
                     first_error_at = time.monotonic()
         # A rank may have died right after replying, or while another rank errored.
         dead = [r for r, p in enumerate(self._procs) if p.poll() is not None]
         if dead:
-            return self._crash(dead[0], offsets), True
+            return self._crash(dead[0], offsets, cell_dir), True
         errors = sorted((r for r in replies.values() if not r.ok), key=lambda r: r.finished_at)
         missing = [r for r in range(self.size) if r not in replies]
         if errors:
@@ -307,14 +310,16 @@ class World:
             )
         return text
 
-    def _crash(self, rank: int, offsets: dict[int, int]) -> CellRun:
+    def _crash(self, rank: int, offsets: dict[int, int], cell_dir: Path) -> CellRun:
+        """A rank died: how, in which call under test (its trace), and its output."""
         self._reap(rank)
         others = [
             f"rank {r} {describe_exit(p.returncode)}"
             for r, p in enumerate(self._procs)
             if r != rank and p.poll() not in (None, 0)
         ]
-        detail = f"rank {rank} {describe_exit(self._procs[rank].returncode)}"
+        call = waiting_in(trace_path(cell_dir, rank)) or HARNESS_CODE
+        detail = f"rank {rank} {describe_exit(self._procs[rank].returncode)} (in {call})"
         if others:
             detail += "; also " + ", ".join(others)
         return CellRun("crash", detail=detail + self._logs_since({rank: offsets[rank]}))
