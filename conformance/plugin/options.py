@@ -14,6 +14,7 @@ from conformance.case import API_KINDS
 from conformance.layout.registry import families
 from conformance.lifetime import die_with_parent
 from conformance.matrix import CHECKS
+from conformance.plugin.output import check_output
 from conformance.plugin.results import ResultCollector
 from conformance.plugin.shared import (
     BACKEND_KEY,
@@ -107,6 +108,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[BASELINE_KEY] = load_baseline(Path(baseline)) if gate else None
     except (FileNotFoundError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
+    if not hasattr(config, "workerinput"):  # the controller writes the reports
+        collector = config.pluginmanager.get_plugin("conformance-results")
+        check_output(
+            collector.report_dir(config.stash[BACKEND_KEY]), baseline, config.getoption("update_baseline")
+        )
     loaded = config.stash[BASELINE_KEY]
     if loaded is not None and loaded.outcome_only and not hasattr(config, "workerinput"):
         warnings.warn(

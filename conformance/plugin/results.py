@@ -4,6 +4,7 @@ reports, and judged by the gate at the end."""
 from __future__ import annotations
 
 import re
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -170,7 +171,15 @@ class ResultCollector:
                     f"is left as it is; this run's report is written to {self.out}"
                 )
         folded = self._declared_unsupported(backend, {r.id for r in results})
-        write_reports(self.out, env, results + folded, baseline)
+        try:
+            write_reports(self.out, env, results + folded, baseline)
+        except OSError as exc:  # checked before the run; the folder changed under it
+            failed, self.out = self.out, Path(tempfile.mkdtemp(prefix="conformance-reports-"))
+            write_reports(self.out, env, results + folded, baseline)
+            self.gate_lines.append(
+                f"GATE: the reports could not be written to {failed} ({exc}); this run's are in {self.out}"
+            )
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.config.getoption("update_baseline"):
             header = (
                 f"Known outcomes: torch {env['torch']}, {env['backend']}, matrix {env['matrix']}.\n"
