@@ -12,8 +12,9 @@ from conformance.baseline import Baseline, judge
 from conformance.case import Case, Transfer
 from conformance.check.phases import SharedSaves
 from conformance.check.roundtrip import StrategyFactory
+from conformance.findings import attribute, load_findings
 from conformance.layout.builtin import builtin_strategy
-from conformance.outcome import FAILING, CellResult, Outcome
+from conformance.outcome import FAILING, CellResult, Outcome, first_line
 from conformance.plugin.collection import cell_of
 from conformance.plugin.shared import BACKEND_KEY, BASELINE_KEY, PROPERTY, REGISTRY_KEY, WORLDS_KEY
 from conformance.property import Property, run_property
@@ -73,7 +74,9 @@ def conformance_cell(
             shared=shared_saves,
         )
         request.node.user_properties.append((PROPERTY, result.to_json()))
-        _to_pytest(result, request.config.stash[BASELINE_KEY], backend)
+        _to_pytest(
+            result, request.config.stash[BASELINE_KEY], backend, request.config.getoption("verbose") > 0
+        )
         return result
 
     return run
@@ -112,13 +115,15 @@ def conformance_property(
         except Exception:  # a fault of the harness is the property's error, never a lost cell
             result = harness_error(prop.id, prop.axes(backend), 0.0)
         request.node.user_properties.append((PROPERTY, result.to_json()))
-        _to_pytest(result, request.config.stash[BASELINE_KEY], backend)
+        _to_pytest(
+            result, request.config.stash[BASELINE_KEY], backend, request.config.getoption("verbose") > 0
+        )
         return result
 
     return run
 
 
-def _to_pytest(result: CellResult, baseline: Baseline | None, backend: str) -> None:
+def _to_pytest(result: CellResult, baseline: Baseline | None, backend: str, verbose: bool = False) -> None:
     """The cell's outcome as pytest's. With a baseline, the gate decides (baseline.judge):
     known failures are xfails, regressions and new failures fail, stale entries warn."""
     if baseline is not None:
@@ -128,8 +133,19 @@ def _to_pytest(result: CellResult, baseline: Baseline | None, backend: str) -> N
         if verdict.kind == "stale":
             warnings.warn(verdict.message, stacklevel=1)
         if verdict.fails_the_gate:
-            pytest.fail(f"{verdict.message}: {result.detail}", pytrace=False)
+            pytest.fail(_said(result, verdict.message, baseline, verbose), pytrace=False)
     if result.outcome in (Outcome.SKIP, Outcome.UNSUPPORTED):
         pytest.skip(f"{result.outcome.value}: {result.detail}")
     if result.outcome in FAILING:
-        pytest.fail(f"{result.outcome.value}: {result.detail}", pytrace=False)
+        pytest.fail(_said(result, result.outcome.value, baseline, verbose), pytrace=False)
+
+
+def _said(result: CellResult, message: str, baseline: Baseline | None, verbose: bool) -> str:
+    """What the terminal says of a failing cell: one line, its reason and the findings that
+    explain it; under -v its whole detail (which the reports always keep)."""
+    if verbose:
+        return f"{message}: {result.detail}"
+    findings = baseline.findings if baseline is not None else load_findings()
+    explained = [f.id for f in attribute(result, list(findings)).findings]
+    why = f"[{', '.join(explained)}]" if explained else "[no finding explains it]"
+    return f"{message}: {first_line(result.detail)} {why} (whole detail: -v, or matrix.html)"
