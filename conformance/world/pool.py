@@ -12,11 +12,10 @@ that died re-creating the warm world's process group before the cell began (the 
 from __future__ import annotations
 
 import dataclasses
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from conformance.world import folders
 from conformance.world.cellrun import CellRun
 from conformance.world.launcher import ForkLauncher, Launcher, SpawnLauncher
 from conformance.world.rank import CellFn
@@ -65,7 +64,7 @@ class WorldPool:
         """launcher: how ranks start; by default forked from a template, or spawned (spawn).
         warm: modules the template imports if it can (the frameworks of the run's cells);
         spawned ranks import them on the first cell that needs them, as before."""
-        self.root = Path(tempfile.mkdtemp(prefix="conformance-worlds-", dir=root))
+        self.root = folders.make(root)  # named with its owner; a dead owner's removed first
         self.start_timeout_s = start_timeout_s
         self.fresh = fresh
         self.preload = preload  # modules each rank imports once at start (World)
@@ -78,6 +77,7 @@ class WorldPool:
         self.launcher = launcher
         self._worlds: dict[tuple[str, int, str], World] = {}
         self.started = 0  # worlds started, restarts after a crash included
+        folders.on_sigterm(self.terminate)  # SIGTERM: the worlds killed, the folder removed
 
     def world(self, backend: str, size: int, slot: str = "") -> World:
         key = (backend, size, slot)
@@ -137,7 +137,16 @@ class WorldPool:
             world.close()
         self._worlds.clear()
         self.launcher.close()
-        shutil.rmtree(self.root, ignore_errors=True)
+        folders.remove(self.root)
+
+    def terminate(self) -> None:
+        """What SIGTERM does: every world killed at once (no rank is asked to finish its cell),
+        the template stopped, the folder removed."""
+        for world in self._worlds.values():
+            world.kill()
+        self._worlds.clear()
+        self.launcher.close()
+        folders.remove(self.root)
 
     def __enter__(self) -> WorldPool:
         return self
