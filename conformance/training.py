@@ -53,8 +53,9 @@ def build_optimizer(
 
 
 class PrecisionNotInEffect(CheckVerdict):
-    """The cell's precision did not take effect (a wrapper dropped the gradients' dtype): the cell
-    would test nothing of it. A verdict on the configuration, never a pass."""
+    """The cell's precision did not take effect (a wrapper dropped the gradients' dtype, or
+    ignored its mixed-precision setting and computed in fp32): the cell would test nothing of
+    it. A verdict on the configuration, never a pass."""
 
 
 def train(
@@ -82,16 +83,26 @@ def train(
     losses = []
     for step in range(start_step, start_step + steps):
         x, y = batch_of(case, ctx, step)
+        first = step == start_step
         if engine is not None:
-            with code_under_test("the framework engine's forward, backward and step"):
+            with (
+                precision.watching_compute(model, first) as seen,
+                code_under_test("the framework engine's forward, backward and step"),
+            ):
                 loss = cls.loss(engine(x), y)  # type: ignore[attr-defined]
                 engine.backward(loss)
                 engine.step()
+            missing = precision.compute_not_in_effect(seen)
+            if missing:
+                raise PrecisionNotInEffect(missing)
             losses.append(loss.item())
             continue
         # the wrapped model is the strategy's: its forward and backward run the wrapper's hooks
         # (FSDP's lazy init and checks, DDP's reducer), code under test
-        with code_under_test("the wrapped model's forward and backward"):
+        with (
+            precision.watching_compute(model, first) as seen,
+            code_under_test("the wrapped model's forward and backward"),
+        ):
             step_of = getattr(model, "pipeline_step", None)  # a pipeline stage runs its schedule
             if step_of is not None:
                 loss = step_of(x, y)
@@ -99,7 +110,7 @@ def train(
                 with precision.forward(ctx.device):
                     loss = cls.loss(model(x), y)  # type: ignore[attr-defined]
                 (loss if scaler is None else scaler.scale(loss)).backward()
-        missing = precision.not_in_effect(model) if step == start_step else None
+        missing = (precision.not_in_effect(model) or precision.compute_not_in_effect(seen)) if first else None
         if missing:
             raise PrecisionNotInEffect(missing)
         # the optimizer steps on the wrapper's parameters and on what a load put into it: a

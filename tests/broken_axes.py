@@ -137,6 +137,20 @@ def drops_grad_dtype(case: Case) -> Strategy:
     return DropsGradDtype(builtin_strategy(case))  # type: ignore[return-value]
 
 
+class IgnoresMixedPrecision(Delegating):
+    """Wraps with FSDP2 as if the cell were fp32: the precision's MixedPrecisionPolicy is never
+    applied, so the model trains in fp32 (a row that declares a precision it does not pass on)."""
+
+    def wrap(self, model: torch.nn.Module, ctx: RankContext) -> torch.nn.Module:
+        from conformance.strategy.wrappers import Fsdp2Wrapper
+
+        return Fsdp2Wrapper().wrap(model, ctx)
+
+
+def ignores_mixed_precision(case: Case) -> Strategy:
+    return IgnoresMixedPrecision(builtin_strategy(case))  # type: ignore[return-value]
+
+
 @dataclass(frozen=True)
 class KeepsStateDtypes(ComposedStrategy):
     def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:

@@ -108,6 +108,23 @@ def test_a_wrapper_that_drops_grad_dtype_makes_the_cell_an_error_never_a_pass(po
     assert "grad_dtype not in effect" in result.detail, result.detail
 
 
+FSDP2_BF16 = Case("fsdp2", "shard", "dsd_sharded", "dcp", "adamw", "mlp", 2, "bf16")
+
+
+def test_a_wrapper_that_ignores_mixed_precision_makes_the_cell_an_error_never_a_pass(pool: WorldPool) -> None:
+    """A bf16 cell whose wrap trains in fp32 tested nothing of bf16: the forward's dtype says so."""
+    result = run_case(
+        pool, FSDP2_BF16, backend="gloo", timeout_s=120, strategy_factory=broken_axes.ignores_mixed_precision
+    )
+    assert result.outcome is Outcome.ERROR, result.detail
+    assert (
+        "computed in float32, not bfloat16 (the wrapper's mixed-precision setting not in effect)"
+        in result.detail
+    )
+    control = run_case(pool, FSDP2_BF16, backend="gloo", timeout_s=120, strategy_factory=builtin_strategy)
+    assert control.outcome is Outcome.PASS, control.detail
+
+
 def test_optimizer_state_in_the_gradient_dtype_round_trips_when_the_load_keeps_its_dtype(
     pool: WorldPool,
 ) -> None:

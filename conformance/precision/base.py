@@ -93,6 +93,37 @@ class Precision:
         name, dtype = wrong
         return f"precision {self.name}: {name}'s gradient is {dtype}, not {self.grads} (grad_dtype not in effect)"
 
+    @contextlib.contextmanager
+    def watching_compute(self, model: nn.Module, first: bool) -> Iterator[set[torch.dtype]]:
+        """On a run's first step of a precision a wrapper casts for (`mixed`): the dtypes the
+        model's Linear layers compute in (their outputs), for `compute_not_in_effect`."""
+        seen: set[torch.dtype] = set()
+        if not first or not self.mixed:
+            yield seen
+            return
+
+        def record(module: nn.Module, args: object, out: object) -> None:
+            if isinstance(out, torch.Tensor) and out.is_floating_point():
+                seen.add(out.dtype)
+
+        hooks = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, nn.Linear)]
+        try:
+            yield seen
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+    def compute_not_in_effect(self, seen: set[torch.dtype]) -> str | None:
+        """Why a forward whose Linear layers computed in `seen` did not run this precision (a
+        wrapper that ignored its mixed-precision setting trains in fp32), or None."""
+        if not self.mixed or not seen or self.computes_in in seen:
+            return None
+        got = ", ".join(sorted(str(d).removeprefix("torch.") for d in seen))
+        return (
+            f"precision {self.name}: the forward's Linear layers computed in {got}, not "
+            f"{str(self.computes_in).removeprefix('torch.')} (the wrapper's mixed-precision setting not in effect)"
+        )
+
     def batch(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """A batch for the prepared model: floating tensors cast to `params` (token ids kept)."""
         if self.params is None:
