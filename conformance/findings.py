@@ -59,6 +59,10 @@ class Finding:
     # fnmatch patterns of cells among those that it is not about: a library's own code with the
     # same symptom is that library's finding (torchtitan's optimizer flattening, not torch's DSD)
     not_cells: tuple[str, ...] = ()
+    # patterns of more cells it explains wherever they occur (another library's row that reaches
+    # the same API): matched by what the cell does (`detail`), never read by the coverings'
+    # preference for the cells a finding names (conformance.matrix.cells.feature_presets)
+    also_cells: tuple[str, ...] = ()
     detail: str = ""  # a regular expression the cell's detail must contain (re.search)
     outcomes: tuple[str, ...] = tuple(o.value for o in sorted(FAILING - {Outcome.HARNESS_ERROR}))
     torch: tuple[str, ...] = ()  # versions it was seen on
@@ -99,7 +103,9 @@ class Finding:
         never is)."""
         if cell.outcome is Outcome.HARNESS_ERROR or cell.outcome.value not in self.outcomes:
             return False
-        return self.names(cell.id)
+        if any(fnmatch.fnmatchcase(cell.id, pattern) for pattern in self.not_cells):
+            return False
+        return self.names(cell.id) or any(fnmatch.fnmatchcase(cell.id, p) for p in self.also_cells)
 
     def names(self, cell_id: str) -> bool:
         """Whether a cell of this id is one its patterns name (whatever its outcome)."""
