@@ -16,3 +16,11 @@ def alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def pytest_cases(*args: str) -> list[str]:
+    """The command line of a matrix run from this checkout, as a user types it: `python -m
+    pytest cases -q` without pytest's cache, then `args`."""
+    import sys
+
+    return [sys.executable, "-m", "pytest", "cases", "-q", "-p", "no:cacheprovider", *args]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.procs import pytest_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 ONE_CELL = "test_roundtrip and ddp-dsd_full-dcp-adamw-mlp-w2"
@@ -14,20 +15,7 @@ ONE_CELL = "test_roundtrip and ddp-dsd_full-dcp-adamw-mlp-w2"
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "cases",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--matrix",
-            "ci",
-            "-k",
-            ONE_CELL,
-            *args,
-        ],
+        pytest_cases("--matrix", "ci", "-k", ONE_CELL, *args),
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -8,11 +8,11 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from conformance.report.results import read_results
+from tests.procs import pytest_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "reports" / "torch-2.13.0-cpu-gloo-ci"
@@ -20,7 +20,7 @@ ONE_CELL = "test_roundtrip and ddp-dsd_full-dcp-adamw-mlp-w2"
 
 
 def _pytest(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "cases", "-q", "-p", "no:cacheprovider", "--matrix", "ci", *args]
+    return pytest_cases("--matrix", "ci", *args)
 
 
 def _table(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:

@@ -6,30 +6,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from conformance.world import folders
-from tests.procs import alive
+from tests.procs import alive, pytest_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 CELLS = "test_roundtrip and ddp-"
-PYTEST = [
-    sys.executable,
-    "-m",
-    "pytest",
-    "cases",
-    "-q",
-    "-p",
-    "no:cacheprovider",
-    "--matrix",
-    "ci",
-    "-k",
-    CELLS,
-]
+PYTEST = pytest_cases("--matrix", "ci", "-k", CELLS)
 
 
 def _start(tmp: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
