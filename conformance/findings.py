@@ -103,15 +103,16 @@ class Finding:
         never is)."""
         if cell.outcome is Outcome.HARNESS_ERROR or cell.outcome.value not in self.outcomes:
             return False
-        if any(fnmatch.fnmatchcase(cell.id, pattern) for pattern in self.not_cells):
-            return False
-        return self.names(cell.id) or any(fnmatch.fnmatchcase(cell.id, p) for p in self.also_cells)
+        return self._matches(cell.id, (*self.cells, *self.also_cells))
 
     def names(self, cell_id: str) -> bool:
         """Whether a cell of this id is one its patterns name (whatever its outcome)."""
+        return self._matches(cell_id, self.cells)
+
+    def _matches(self, cell_id: str, patterns: tuple[str, ...]) -> bool:
         if any(fnmatch.fnmatchcase(cell_id, pattern) for pattern in self.not_cells):
             return False
-        return any(fnmatch.fnmatchcase(cell_id, pattern) for pattern in self.cells)
+        return any(fnmatch.fnmatchcase(cell_id, pattern) for pattern in patterns)
 
     @property
     def selects(self) -> bool:

@@ -8,7 +8,6 @@ does not end ok ends the check with that outcome, its detail led by the phase's 
 from __future__ import annotations
 
 import copy
-import re
 import shutil
 import tempfile
 from collections.abc import Callable, Hashable
@@ -41,9 +40,11 @@ class PhaseError(Exception):
         detail: str,
         raised_in: str = "",
         unfinished: tuple[tuple[int, str], ...] = (),
+        scope: str = "",
     ) -> None:
         super().__init__(f"[{phase}] {detail}")
         self.outcome, self.phase, self.detail = outcome, phase, f"[{phase}] {detail}"
+        self.scope = scope or phase  # what its records name as their scope ("load phase")
         self.raised_in = raised_in  # an error: the call under test it escaped from
         # an error: the ranks that never ended the phase after it, each with the call under test
         # it was inside ("" for the harness's own code)
@@ -121,13 +122,15 @@ class Phases:
         seed = self.seed if seed is None else seed
         run = self.pool.run(self.backend, size, fn, arg, timeout_s=self.timeout_s, seed=seed, slot=slot)
         if run.status != "ok":
-            self.observed += from_detail(run.status, run.detail, scope=f"{phase} phase")
+            scope = f"{phase} phase"
+            self.observed += from_detail(run.status, run.detail, scope=scope)
             raise PhaseError(
                 STATUS_OUTCOMES[run.status],
-                f"{phase} phase, {size} ranks",
+                f"{scope}, {size} ranks",
                 run.described(run.detail),
                 run.raised_in,
                 run.unfinished,
+                scope,
             )
         if run.note:
             self.reruns.append((phase, run))
@@ -146,9 +149,8 @@ class Phases:
             return Outcome.PASS, f"{said}:\n{exc.detail}"
         waiting = [rank for rank, _ in inside]
         where = ", ".join(f"rank {rank} in {call}" for rank, call in inside)
-        scope = re.sub(r", \d+ ranks?$", "", exc.phase)
         message = f"ranks {waiting} never ended {exc.raised_in} after a rank raised in it ({where})"
-        self.observed.append(Observed(scope, "hang", "", None, message))
+        self.observed.append(Observed(exc.scope, "hang", "", None, message))
         return Outcome.HANG, (
             f"{exc.raised_in} raised on one rank and left ranks {waiting} waiting inside the code "
             f"under test ({where}): a refusal must end every rank; left alone they wait until the "

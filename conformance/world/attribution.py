@@ -39,6 +39,17 @@ class CallTrace:
             with contextlib.suppress(OSError):
                 self.path.write_text(self.calls[-1] if self.calls else "")
 
+    @contextlib.contextmanager
+    def inside(self, call: str) -> Iterator[None]:
+        """The body runs inside `call` ("" for the harness's own code), traced."""
+        self.calls.append(call)
+        self._write()
+        try:
+            yield
+        finally:
+            self.calls.pop()
+            self._write()
+
 
 _TRACE = CallTrace()  # this process's: a rank runs one cell at a time
 
@@ -73,18 +84,14 @@ def code_under_test(call: str) -> Iterator[None]:
     """Run the body as code under test: an exception escaping it is marked with `call` (for
     example "strategy.load") and goes on its way unchanged (type, message, traceback). The
     innermost call names it."""
-    _TRACE.calls.append(call)
-    _TRACE._write()
     try:
-        yield
+        with _TRACE.inside(call):
+            yield
     except BaseException as exc:
         if raised_in(exc) is None:
             with contextlib.suppress(AttributeError, TypeError):
                 setattr(exc, _MARK, call)
         raise
-    finally:
-        _TRACE.calls.pop()
-        _TRACE._write()
 
 
 @contextlib.contextmanager
@@ -92,18 +99,14 @@ def harness_code() -> Iterator[None]:
     """Run the body as the harness's own code even inside `code_under_test` (a template the harness
     shapes within a strategy's load): an exception escaping it is a harness-error, never the
     strategy's."""
-    _TRACE.calls.append("")
-    _TRACE._write()
     try:
-        yield
+        with _TRACE.inside(""):
+            yield
     except BaseException as exc:
         if raised_in(exc) is None:
             with contextlib.suppress(AttributeError, TypeError):
                 setattr(exc, _MARK, "")
         raise
-    finally:
-        _TRACE.calls.pop()
-        _TRACE._write()
 
 
 def raised_in(exc: BaseException) -> str | None:
