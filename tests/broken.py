@@ -585,6 +585,21 @@ class RefusesOnRankZeroOnly(Delegating):
         dist.barrier()
 
 
+class LosesItsTraceOnRankOne(RefusesOnRankZeroOnly):
+    """Rank 0 refuses alone as above; rank 1's trace of its calls under test can no longer be
+    written or read (a full disk, here a directory where its file was) while it waits: the
+    world cannot tell where it waits, and must say so rather than blame either side."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        from conformance.world.attribution import trace_path
+
+        if ctx.rank == 1:
+            trace = trace_path(ctx.cell_dir, ctx.rank)
+            trace.unlink()
+            trace.mkdir()
+        super().load(state, path, ctx)
+
+
 class ReadsOutsideAProcessGroupOnly(Delegating):
     """Not broken: its offline reader refuses inside a process group, as some libraries' one-
     process tools do (a control: the hygiene read must run as a program of one process)."""
@@ -622,6 +637,7 @@ load_raises_key_error = _factory(LoadRaisesKeyError, "load_raises_key_error")
 load_raises_value_error = _factory(LoadRaisesValueError, "load_raises_value_error")
 hangs_on_load = _factory(HangsOnLoad, "hangs_on_load")
 refuses_on_rank_zero_only = _factory(RefusesOnRankZeroOnly, "refuses_on_rank_zero_only")
+loses_its_trace_on_rank_one = _factory(LosesItsTraceOnRankOne, "loses_its_trace_on_rank_one")
 exits_in_load = _factory(ExitsInLoad, "exits_in_load")
 reads_outside_a_process_group_only = _factory(
     ReadsOutsideAProcessGroupOnly, "reads_outside_a_process_group_only"

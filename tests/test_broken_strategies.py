@@ -362,6 +362,18 @@ def test_a_refusal_on_one_rank_that_leaves_its_peers_waiting_is_a_hang(pool: Wor
     assert control.detail.startswith("the load raised, as it must"), control.detail
 
 
+def test_a_wait_whose_trace_is_lost_is_the_harness_s_fault(pool: WorldPool) -> None:
+    """Where a waiting rank's trace cannot be read, whether it waits in the code under test is
+    not known: neither a refusal that passes nor the strategy's hang, but a harness-error."""
+    cell = _check(DDP, "corrupt", "truncated")
+    result = run_case(
+        pool, cell, backend="gloo", timeout_s=60, strategy_factory=broken.loses_its_trace_on_rank_one
+    )
+    assert result.outcome is Outcome.HARNESS_ERROR, result.detail
+    assert "where it waits is not known" in result.detail
+    assert "rank 1 in an unknown place" in result.detail
+
+
 def test_the_hygiene_read_runs_as_a_program_of_one_process(pool: WorldPool) -> None:
     """read_model_state runs with torch.distributed not initialised, as an inference user's
     program reads a checkpoint: a reader that refuses inside a process group passes; the 1-rank

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _MARK = "_conformance_raised_in"
+UNTRACED = "?"  # waiting_in's answer for a rank whose trace could not be written: nobody knows
 
 
 class CheckVerdict(AssertionError):
@@ -35,9 +36,20 @@ class CallTrace:
     calls: list[str] = field(default_factory=list)
 
     def _write(self) -> None:
-        if self.path is not None:
+        if self.path is None:
+            return
+        try:
+            self.path.write_text(self.calls[-1] if self.calls else "")
+            _untraced(self.path).unlink(missing_ok=True)
+        except OSError:
+            # The old entry must not stand for where this rank is now: it is moved aside (a
+            # rename needs no space), or an empty marker says so, and `waiting_in` answers
+            # UNTRACED until a later write succeeds.
             with contextlib.suppress(OSError):
-                self.path.write_text(self.calls[-1] if self.calls else "")
+                try:
+                    self.path.replace(_untraced(self.path))
+                except FileNotFoundError:
+                    _untraced(self.path).touch()
 
     @contextlib.contextmanager
     def inside(self, call: str) -> Iterator[None]:
@@ -70,13 +82,20 @@ def trace_path(cell_dir: Path, rank: int) -> Path:
     return cell_dir / f"rank{rank}.in"
 
 
+def _untraced(path: Path) -> Path:
+    return path.with_suffix(".untraced")
+
+
 def waiting_in(path: Path) -> str:
-    """The call under test a rank traced at `path` is inside ("" for the harness's own code,
-    or where it never traced)."""
+    """The call under test a rank traced at `path` is inside: "" for the harness's own code or
+    where it never traced, UNTRACED where its last trace could not be written or this cannot
+    read it (a world must then not attribute the wait to either side)."""
     try:
         return path.read_text()
+    except FileNotFoundError:
+        return UNTRACED if _untraced(path).exists() else ""
     except OSError:
-        return ""
+        return UNTRACED
 
 
 @contextlib.contextmanager

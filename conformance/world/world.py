@@ -23,7 +23,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from conformance.world.attribution import error_status, trace_path, waiting_in
+from conformance.world.attribution import UNTRACED, error_status, trace_path, waiting_in
 from conformance.world.cellrun import CellRun
 from conformance.world.launcher import Launcher, RankArgs, RankProcess, SpawnLauncher
 from conformance.world.rank import CELL_MARK, RELEASE, CellFn, CellMessage, RankReply, runs_in_one_process
@@ -37,6 +37,11 @@ class WorldStartError(RuntimeError):
 
 
 HARNESS_CODE = "the harness's own code"
+UNTRACED_SAID = "a rank's trace of its calls under test could not be written: where it waits is not known"
+
+
+def _place(call: str) -> str:
+    return {"": HARNESS_CODE, UNTRACED: "an unknown place (its trace could not be written)"}.get(call, call)
 
 
 def where(reply: RankReply) -> str:
@@ -251,6 +256,10 @@ class World:
             status = error_status(errors[0].raised_in)
             waiting = tuple((r, waiting_in(trace_path(cell_dir, r))) for r in missing)
             detail = self._error_detail(errors, waiting, offsets)
+            if any(call == UNTRACED for _, call in waiting):
+                # whether a rank waits in the code under test or in the harness is not known:
+                # neither a refusal nor a hang of the strategy (a fault of this suite's trace)
+                status, detail = "harness-error", f"{UNTRACED_SAID}\n{detail}"
             if missing:
                 detail += self._release(replies, missing)
             run = CellRun(status, detail=detail, raised_in=errors[0].raised_in, unfinished=waiting)
@@ -303,7 +312,7 @@ class World:
         text = "\n".join(lines)
         if waiting:
             missing = [r for r, _ in waiting]
-            places = ", ".join(f"rank {r} in {call or HARNESS_CODE}" for r, call in waiting)
+            places = ", ".join(f"rank {r} in {_place(call)}" for r, call in waiting)
             text += (
                 f"\n--- ranks {missing} did not finish within {self.error_grace_s:g} s after the error "
                 f"({places}; waiting in a collective?); their stacks:" + self._dump_stacks(missing, offsets)
@@ -318,7 +327,7 @@ class World:
             for r, p in enumerate(self._procs)
             if r != rank and p.poll() not in (None, 0)
         ]
-        call = waiting_in(trace_path(cell_dir, rank)) or HARNESS_CODE
+        call = _place(waiting_in(trace_path(cell_dir, rank)))
         detail = f"rank {rank} {describe_exit(self._procs[rank].returncode)} (in {call})"
         if others:
             detail += "; also " + ", ".join(others)
