@@ -36,6 +36,7 @@ class Library:
 LIBRARY_PACKAGES: dict[str, Library] = {
     "torch-checkpointing": Library("torch_checkpointing==0.1.1", (2, 11)),
     "transformers": Library("transformers==5.24.0", (2, 9)),  # it takes torch >= 2.6
+    "peft": Library("peft==0.21.2", (2, 9)),  # beside transformers, which it requires
     "tyro": Library("tyro>=0.9", (2, 13)),
     "torchtitan": Library("torchtitan==0.3.0", (2, 13), no_deps=True),
     "spmd-types": Library("spmd_types==0.2.3", (2, 13), no_deps=True),  # torchtitan 0.3.0 pins it
