@@ -38,3 +38,18 @@ def test_an_adapter_round_trips_and_one_loaded_into_the_lora_model_is_caught(poo
     result = run_case(pool, cell, backend="gloo", timeout_s=180, registered=broken)
     assert result.outcome is Outcome.FAIL, result.detail
     assert any(".lora_" in r.key and r.kind == "values" for r in result.records), result.detail
+
+
+def test_an_fsdp1_reshard_compares_the_adapter_s_weights_whole(pool: WorldPool) -> None:
+    """The plain model has no LoRA weight: their shapes come from FSDP1's FlatParameter, so a
+    reshard across world sizes (1 rank: the original shapes; 2: flat views) compares them whole
+    and shows the finding peft-fsdp1-root-adapter-not-loaded alone, no shape difference."""
+    cell = next(
+        c
+        for c in CHECKS["reshard"].strategy_cells("full", PEFT_LORA)
+        if c.id == "reshard-peft_lora-fsdp1_full_shard+orig-full-peft_adapter-adamw-mlp-w2-to-w1"
+    )
+    result = run_case(pool, cell, backend="gloo", timeout_s=180, registered=PEFT_LORA)
+    assert result.outcome is Outcome.FAIL, result.detail
+    kinds = {(r.kind, ".lora_" in r.key or "betas" in r.key) for r in result.records}
+    assert kinds <= {("values", True), ("type", True)}, result.detail

@@ -146,9 +146,7 @@ PEFT_LORA = RegisteredStrategy(
     name="peft_lora",
     factory=PeftAdapter,
     supports=Supports(
-        # not FSDP1 yet: set_peft_model_state_dict into an FSDP1 root (as Accelerate's adapter-only
-        # load calls it) loaded no LoRA weight here; declared once that is explained
-        wrappers=(("fsdp2", "shard"), ("ddp", "replicate")),
+        wrappers=(("fsdp2", "shard"), ("fsdp1+orig", "full_shard"), ("ddp", "replicate")),
         kinds=("full",),
         checks=("corrupt", "reshard", "resume", "roundtrip"),
         # not the expert-parallel model: each rank's expert under one name, which one adapter

@@ -10,7 +10,9 @@ gather, never from a state-dict API:
   into its original parameters with the FlatParameter's own layout (names, numels with
   alignment padding, shapes); a flat optimizer state tensor follows the same layout, and the
   flat parameter's `step` becomes each original parameter's.
-- FSDP1 use_orig_params=True: each parameter's gathered 1-D pieces take the plain model's shape.
+- FSDP1 use_orig_params=True: each parameter's gathered 1-D pieces take the plain model's shape,
+  or, for a parameter the plain model lacks (a strategy's wrap that adds some: PEFT's LoRA
+  weights), the shape FSDP1's FlatParameter recorded for it.
 - param_groups list original names, sorted.
 """
 
@@ -47,6 +49,20 @@ def flat_layouts(model: nn.Module) -> dict[str, Layout]:
                 fqn, shape = next(originals)
                 layout.append((prefix + clean_name(fqn), numel, tuple(shape)))
         out[flat_name] = layout
+    return out
+
+
+def recorded_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """The original shape of every parameter an FSDP1 unit flattened, by its clean name, as the
+    unit's FlatParameter recorded it (`_fqns`, `_shapes`, relative to the unit)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for prefix, module in model.named_modules():
+        flat = getattr(getattr(module, "_handle", None), "flat_param", None)
+        fqns = getattr(flat, "_fqns", None)
+        if fqns is None:
+            continue
+        for fqn, shape in zip(fqns, flat._shapes):  # type: ignore[union-attr]
+            out[clean_name(f"{prefix}.{fqn}" if prefix else fqn)] = tuple(shape)
     return out
 
 
@@ -108,4 +124,4 @@ def canonical_state(
     if full is None:
         return None
     shapes = {clean_name(n): tuple(p.shape) for n, p in plain.named_parameters()}
-    return canonicalize(full, flat_layouts(model), shapes)
+    return canonicalize(full, flat_layouts(model), {**recorded_shapes(model), **shapes})
