@@ -585,6 +585,19 @@ class RefusesOnRankZeroOnly(Delegating):
         dist.barrier()
 
 
+class RefusesOnRankZeroWhileRankOneIsSlow(Delegating):
+    """Not broken: rank 0 refuses at once; rank 1 loads its own part without a collective and
+    takes longer than the world's grace (a slow disk): every rank ends the load, so the refusal
+    passes; rank 1 was slow, not waiting on rank 0."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        import time
+
+        if ctx.rank == 0:
+            raise RuntimeError("the checkpoint is damaged (seen on rank 0 first)")
+        time.sleep(4.0)
+
+
 class LosesItsTraceOnRankOne(RefusesOnRankZeroOnly):
     """Rank 0 refuses alone as above; rank 1's trace of its calls under test can no longer be
     written or read (a full disk, here a directory where its file was) while it waits: the
@@ -637,6 +650,9 @@ load_raises_key_error = _factory(LoadRaisesKeyError, "load_raises_key_error")
 load_raises_value_error = _factory(LoadRaisesValueError, "load_raises_value_error")
 hangs_on_load = _factory(HangsOnLoad, "hangs_on_load")
 refuses_on_rank_zero_only = _factory(RefusesOnRankZeroOnly, "refuses_on_rank_zero_only")
+refuses_on_rank_zero_while_rank_one_is_slow = _factory(
+    RefusesOnRankZeroWhileRankOneIsSlow, "refuses_on_rank_zero_while_rank_one_is_slow"
+)
 loses_its_trace_on_rank_one = _factory(LosesItsTraceOnRankOne, "loses_its_trace_on_rank_one")
 exits_in_load = _factory(ExitsInLoad, "exits_in_load")
 reads_outside_a_process_group_only = _factory(

@@ -362,6 +362,18 @@ def test_a_refusal_on_one_rank_that_leaves_its_peers_waiting_is_a_hang(pool: Wor
     assert control.detail.startswith("the load raised, as it must"), control.detail
 
 
+def test_a_rank_slower_than_the_grace_that_ends_the_load_is_no_hang(pool: WorldPool) -> None:
+    """Rank 1 is still inside the load when the grace after rank 0's refusal ends, but it was
+    slow, not waiting on rank 0: it leaves the load after the others let go of the group. Every
+    rank ended the load, so the refusal passes (a loaded machine must not turn it into a hang)."""
+    cell = _check(DDP, "corrupt", "truncated")
+    slow = broken.refuses_on_rank_zero_while_rank_one_is_slow
+    result = run_case(pool, cell, backend="gloo", timeout_s=60, strategy_factory=slow)
+    assert result.outcome is Outcome.PASS, result.detail
+    # it left the load, then its harness collective with rank 0, which had let go, failed
+    assert "rank 1 raised RuntimeError in the harness's own code" in result.detail, result.detail
+
+
 def test_a_wait_whose_trace_is_lost_is_the_harness_s_fault(pool: WorldPool) -> None:
     """Where a waiting rank's trace cannot be read, whether it waits in the code under test is
     not known: neither a refusal that passes nor the strategy's hang, but a harness-error."""

@@ -262,6 +262,7 @@ class World:
                 status, detail = "harness-error", f"{UNTRACED_SAID}\n{detail}"
             if missing:
                 detail += self._release(replies, missing)
+                waiting = self._still_inside(waiting, replies, cell_dir)
             run = CellRun(status, detail=detail, raised_in=errors[0].raised_in, unfinished=waiting)
             return run, len(replies) < self.size
         if missing:
@@ -272,6 +273,24 @@ class World:
                 + self._dump_stacks(missing, offsets),
             ), True
         return CellRun("ok", values=[replies[r].value for r in range(self.size)]), False
+
+    def _still_inside(
+        self, waiting: tuple[tuple[int, str], ...], replies: dict[int, RankReply], cell_dir: Path
+    ) -> tuple[tuple[int, str], ...]:
+        """Of the ranks that were inside a call when the grace ended, those that never ended it:
+        one that returned once the others let go of the group was slow, not waiting on them (a
+        collective with a rank that left cannot succeed), and one still out is where its trace
+        says now (a slow rank that left the call and waits in the harness ended it). One that
+        raised inside a call under test after the release stays (its collective failed because
+        the others left); one that raised in the harness's own code had left the call."""
+        out = []
+        for rank, call in waiting:
+            if rank in replies:
+                if not replies[rank].ok and replies[rank].raised_in:
+                    out.append((rank, call))
+            else:
+                out.append((rank, waiting_in(trace_path(cell_dir, rank))))
+        return tuple(out)
 
     def _release(self, replies: dict[int, RankReply], missing: list[int]) -> str:
         """Tell the ranks that ended the cell to let go of their default group, so that the
