@@ -28,45 +28,19 @@ from conformance.world.cellrun import CellRun
 from conformance.world.launcher import Launcher, RankArgs, RankProcess, SpawnLauncher
 from conformance.world.rank import CELL_MARK, RELEASE, CellFn, CellMessage, RankReply, runs_in_one_process
 from conformance.world.template import LaunchError
-
-LOG_TAIL_CHARS = 4000
+from conformance.world.wording import (
+    UNTRACED_SAID,
+    describe_exit,
+    error_detail,
+    last_line,
+    place,
+    tail,
+    where,
+)
 
 
 class WorldStartError(RuntimeError):
     """The world's ranks could not be started or did not rendezvous in time."""
-
-
-HARNESS_CODE = "the harness's own code"
-UNTRACED_SAID = "a rank's trace of its calls under test could not be written: where it waits is not known"
-
-
-def _place(call: str) -> str:
-    return {"": HARNESS_CODE, UNTRACED: "an unknown place (its trace could not be written)"}.get(call, call)
-
-
-def where(reply: RankReply) -> str:
-    """Whose code raised, for the first line of an error: the call under test, or the harness."""
-    return f" in {reply.raised_in}" if reply.under_test else " in the harness's own code"
-
-
-def describe_exit(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "is still running"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = f"signal {-exitcode}"
-        return f"was killed by {name} (exit code {exitcode})"
-    return f"exited with code {exitcode}"
-
-
-def _last_line(text: str) -> str:
-    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")[:300]
-
-
-def _tail(text: str, limit: int = LOG_TAIL_CHARS) -> str:
-    return text if len(text) <= limit else "...\n" + text[-limit:]
 
 
 class World:
@@ -255,7 +229,8 @@ class World:
         if errors:
             status = error_status(errors[0].raised_in)
             waiting = tuple((r, waiting_in(trace_path(cell_dir, r))) for r in missing)
-            detail = self._error_detail(errors, waiting, offsets)
+            stacks = self._dump_stacks([r for r, _ in waiting], offsets) if waiting else ""
+            detail = error_detail(errors, waiting, self.error_grace_s, stacks)
             if any(call == UNTRACED for _, call in waiting):
                 # whether a rank waits in the code under test or in the harness is not known:
                 # neither a refusal nor a hang of the strategy (a fault of this suite's trace)
@@ -313,30 +288,10 @@ class World:
                     continue  # died: the world is killed below
                 replies[rank] = reply
                 ended = "returned" if reply.ok else f"raised {reply.error_type}{where(reply)}"
-                late.append(f"rank {rank} {ended}" + ("" if reply.ok else f": {_last_line(reply.error)}"))
+                late.append(f"rank {rank} {ended}" + ("" if reply.ok else f": {last_line(reply.error)}"))
         if not late:
             return ""
         return "\n--- once the other ranks let go of the group: " + "; ".join(late)
-
-    def _error_detail(
-        self, errors: list[RankReply], waiting: tuple[tuple[int, str], ...], offsets: dict[int, int]
-    ) -> str:
-        first, rest = errors[0], errors[1:]
-        lines = [f"rank {first.rank} raised {first.error_type} first{where(first)}:", first.error.rstrip()]
-        for other in rest:
-            lines += [
-                f"--- then rank {other.rank} raised {other.error_type}{where(other)}:",
-                _tail(other.error.rstrip(), 1500),
-            ]
-        text = "\n".join(lines)
-        if waiting:
-            missing = [r for r, _ in waiting]
-            places = ", ".join(f"rank {r} in {_place(call)}" for r, call in waiting)
-            text += (
-                f"\n--- ranks {missing} did not finish within {self.error_grace_s:g} s after the error "
-                f"({places}; waiting in a collective?); their stacks:" + self._dump_stacks(missing, offsets)
-            )
-        return text
 
     def _crash(self, rank: int, offsets: dict[int, int], cell_dir: Path) -> CellRun:
         """A rank died: how, in which call under test (its trace), and its output."""
@@ -346,7 +301,7 @@ class World:
             for r, p in enumerate(self._procs)
             if r != rank and p.poll() not in (None, 0)
         ]
-        call = _place(waiting_in(trace_path(cell_dir, rank)))
+        call = place(waiting_in(trace_path(cell_dir, rank)))
         detail = f"rank {rank} {describe_exit(self._procs[rank].returncode)} (in {call})"
         if others:
             detail += "; also " + ", ".join(others)
@@ -382,7 +337,7 @@ class World:
             except FileNotFoundError:
                 text = ""
             if text:
-                out.append(f"\n--- rank {rank} output:\n{_tail(text)}")
+                out.append(f"\n--- rank {rank} output:\n{tail(text)}")
         return "".join(out)
 
     def _dump_stacks(self, ranks: list[int], offsets: dict[int, int]) -> str:
