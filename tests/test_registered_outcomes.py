@@ -6,6 +6,7 @@ refused pass, and the same load undeclared its error."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,19 @@ def test_a_damage_declared_without_its_files_is_refused_at_registration() -> Non
         OwnFormat("mine", damage=("missing_metadata",), metadata=("meta/index.json",))
     with pytest.raises(ValueError, match=r"has no \{rank\}"):
         OwnFormat("mine", damage=("missing_shard",), rank_file="shard.pt")
+
+
+def test_a_missing_shard_of_files_that_hold_nothing_is_unsupported(tmp_path: Path) -> None:
+    """Deleting a rank's files that hold no byte (replicated state written by the lowest rank, as
+    OLMo-core's DCP writer does) damages nothing: a pass or a fail there would be vacuous."""
+    from conformance.check.corrupt import DamageDoesNotApply, damage
+    from conformance.strategy.storage.own import OwnFormat
+
+    storage = OwnFormat("lowest_rank_dcp", damage=("missing_shard",), rank_file="__{rank}_*.distcp")
+    (tmp_path / "__0_0.distcp").write_bytes(b"tensor bytes")
+    (tmp_path / "__1_0.distcp").write_bytes(b"")
+    with pytest.raises(DamageDoesNotApply, match="hold no byte"):
+        damage(tmp_path, "missing_shard", storage, 2)
+    assert (tmp_path / "__1_0.distcp").exists()
+    (tmp_path / "__1_0.distcp").write_bytes(b"rank 1's part")
+    assert damage(tmp_path, "missing_shard", storage, 2) == "deleted __1_0.distcp"

@@ -11,6 +11,8 @@ Variants (which apply is the storage's `damage`; where its parts are, its own me
 - flipped_bytes: 16 bytes inverted inside the largest tensor payload (located through the
   zip directory of a torch.save file, or DCP's own metadata of where each item lies);
 - missing_shard: the last rank's file deleted (per-rank files; DCP's data file of that rank);
+  unsupported where those files hold no byte (a format that writes replicated state from the
+  lowest rank keeps nothing there: deleting them would damage nothing);
 - missing_metadata: DCP's .metadata deleted;
 - other_model: loaded into a model with the same parameter names and other shapes (the
   model's twin in conformance.models.RESHAPED; a model without one has no such cell).
@@ -50,6 +52,11 @@ def _flip(path: Path, offset: int, length: int) -> str:
     return f"inverted {len(data)} bytes at offset {start} of {path.name} (a tensor payload of {length} bytes)"
 
 
+class DamageDoesNotApply(ValueError):
+    """What a damage would delete holds nothing of the checkpoint: the cell could only pass or
+    fail vacuously, so it is unsupported for that format, saying why."""
+
+
 def damage(directory: Path, variant: str, storage: Storage, world_size: int) -> str:
     """Damage the checkpoint in place, where the storage says its parts are; returns what was
     done, for the detail."""
@@ -77,6 +84,12 @@ def damage(directory: Path, variant: str, storage: Storage, world_size: int) -> 
             raise FileNotFoundError(
                 f"{storage.name} names no file for {variant} in {[p.name for p in written]}"
             )
+        if variant == "missing_shard" and not any(v.stat().st_size for v in victims):
+            raise DamageDoesNotApply(
+                f"rank {world_size - 1}'s files ({', '.join(v.name for v in victims)}) hold no byte: "
+                f"{storage.name} keeps no part of the checkpoint on that rank (replicated state "
+                "written by the lowest rank), so deleting them damages nothing"
+            )
         for victim in victims:
             victim.unlink()
         return f"deleted {', '.join(v.name for v in victims)}"
@@ -100,7 +113,10 @@ def execute(phases: Phases, case: Case, under: Under) -> tuple[Outcome, str]:
         return exc.outcome, exc.detail
     if under.storage is None:
         raise ValueError(f"{case.id}: no storage object says how to damage what it wrote")
-    done = damage(directory, case.variant, under.storage, case.world_size)
+    try:
+        done = damage(directory, case.variant, under.storage, case.world_size)
+    except DamageDoesNotApply as exc:
+        return Outcome.UNSUPPORTED, f"{case.variant} does not apply to what the strategy wrote: {exc}"
     try:
         loaded = phases.run(
             "load",
