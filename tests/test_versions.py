@@ -192,12 +192,22 @@ def test_a_venv_gets_the_checkpoint_libraries_its_torch_takes_and_every_new_adap
         "torch_checkpointing==0.1.1",
         "transformers==5.24.0",
         "peft==0.21.2",
+        "ai2-olmo-core==3.0.0",
         "tyro>=0.9",
     ]
     assert libraries_for("2.13.0", no_deps=True) == ["torchtitan==0.3.0", "spmd_types==0.2.3"]
-    assert libraries_for("2.12.1") == ["torch_checkpointing==0.1.1", "transformers==5.24.0", "peft==0.21.2"]
-    assert libraries_for("2.10.0") == ["transformers==5.24.0", "peft==0.21.2"]
+    assert libraries_for("2.12.1") == [
+        "torch_checkpointing==0.1.1",
+        "transformers==5.24.0",
+        "peft==0.21.2",
+        "ai2-olmo-core==3.0.0",
+    ]
+    assert libraries_for("2.10.0") == ["transformers==5.24.0", "peft==0.21.2", "ai2-olmo-core==3.0.0"]
     assert libraries_for("2.10.0", no_deps=True) == []
+    # OLMo-core caps torch below 2.14: a newer venv goes without it, as an older one goes without
+    # what needs a newer torch
+    assert "ai2-olmo-core==3.0.0" not in libraries_for("2.14.1")
+    assert libraries_for("2.9.1") == ["transformers==5.24.0", "peft==0.21.2"]
     # DeepSpeed is built against the venv's torch, its CPU backend's op prebuilt
     assert [(lib.requirement, dict(lib.build_env)) for lib in built_libraries("2.15.0")] == [
         ("deepspeed==0.19.8", {"DS_BUILD_SHM_COMM": "1"})
@@ -213,13 +223,19 @@ def test_each_library_is_pinned_in_one_place() -> None:
 
     commands = install_commands("2.13.0", "py")
     assert [argv[4:] for argv, _ in commands] == [
-        ["torch_checkpointing==0.1.1", "transformers==5.24.0", "peft==0.21.2", "tyro>=0.9"],
+        [
+            "torch_checkpointing==0.1.1",
+            "transformers==5.24.0",
+            "peft==0.21.2",
+            "ai2-olmo-core==3.0.0",
+            "tyro>=0.9",
+        ],
         ["--no-deps", "torchtitan==0.3.0", "spmd_types==0.2.3"],
         ["--no-cache-dir", "--no-build-isolation", "deepspeed==0.19.8"],
     ]
     assert commands[-1][1] == {"DS_BUILD_SHM_COMM": "1"}
     assert [argv[4:] for argv, _ in install_commands("2.10.0", "py")] == [
-        ["transformers==5.24.0", "peft==0.21.2"]
+        ["transformers==5.24.0", "peft==0.21.2", "ai2-olmo-core==3.0.0"]
     ]
     for path in ("README.md", ".ci/run", "pyproject.toml"):
         text = (ROOT / path).read_text()

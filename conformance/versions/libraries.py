@@ -18,7 +18,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Library:
     """A checkpoint library the adapters test: its requirement, the oldest torch it installs
-    beside (an older venv goes without it: its rows are skips that name it), and whether it
+    beside (an older venv goes without it: its rows are skips that name it) and the first it does
+    not take where it caps torch (below_torch: a newer venv goes without it too), and whether it
     installs without its own requirements (what its checkpoint code imports is listed too).
     build_env: for one that compiles against the venv's torch, the variables its build reads:
     it is built from source with them, without build isolation (an isolated build would pull
@@ -27,6 +28,7 @@ class Library:
     requirement: str
     oldest_torch: tuple[int, int]
     no_deps: bool = False
+    below_torch: tuple[int, int] | None = None  # the first torch it does not take (its own cap)
     build_env: tuple[tuple[str, str], ...] = ()
 
 
@@ -37,6 +39,8 @@ LIBRARY_PACKAGES: dict[str, Library] = {
     "torch-checkpointing": Library("torch_checkpointing==0.1.1", (2, 11)),
     "transformers": Library("transformers==5.24.0", (2, 9)),  # it takes torch >= 2.6
     "peft": Library("peft==0.21.2", (2, 9)),  # beside transformers, which it requires
+    # it requires torch >=2.10,<2.14 (and pulls boto3, google-cloud-storage for remote checkpoints)
+    "ai2-olmo-core": Library("ai2-olmo-core==3.0.0", (2, 10), below_torch=(2, 14)),
     "tyro": Library("tyro>=0.9", (2, 13)),
     "torchtitan": Library("torchtitan==0.3.0", (2, 13), no_deps=True),
     "spmd-types": Library("spmd_types==0.2.3", (2, 13), no_deps=True),  # torchtitan 0.3.0 pins it
@@ -48,7 +52,11 @@ LIBRARY_PACKAGES: dict[str, Library] = {
 def beside(version: str) -> list[Library]:
     """The libraries that install beside torch `version` (2.13.0, 2.13.0+cpu)."""
     major_minor = tuple(int(part) for part in version.split("+")[0].split(".")[:2])
-    return [lib for lib in LIBRARY_PACKAGES.values() if major_minor >= lib.oldest_torch]
+    return [
+        lib
+        for lib in LIBRARY_PACKAGES.values()
+        if major_minor >= lib.oldest_torch and (lib.below_torch is None or major_minor < lib.below_torch)
+    ]
 
 
 def libraries_for(version: str, *, no_deps: bool = False) -> list[str]:
