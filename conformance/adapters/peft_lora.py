@@ -50,10 +50,23 @@ PEFT_PREFIX, BASE_LAYER = "base_model.model.", ".base_layer."  # PEFT's names ar
 
 
 def lora_config(model: nn.Module):  # type: ignore[no-untyped-def]
-    """Every nn.Linear of the plain model a LoRA target (by its full name), rank 2."""
+    """Every nn.Linear of the plain model a LoRA target (by its full name), rank 2; not the
+    out_proj of an nn.MultiheadAttention, whose forward reads that Linear's weight and never
+    calls it: an adapter there would never get a gradient (an idle parameter, which the
+    frozen_idle model tests on purpose)."""
     from peft import LoraConfig
 
-    targets = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    inside_attention = {
+        f"{name}.{child}" if name else child
+        for name, module in model.named_modules()
+        if isinstance(module, nn.MultiheadAttention)
+        for child, _ in module.named_children()
+    }
+    targets = [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and name not in inside_attention
+    ]
     return LoraConfig(r=2, lora_alpha=4, lora_dropout=0.0, target_modules=targets)
 
 
@@ -80,9 +93,11 @@ def load_target(model: nn.Module) -> tuple[nn.Module, contextlib.AbstractContext
 
 
 def base_weights(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The base model's weights under the plain model's names: what its published checkpoint holds."""
+    """The base model's weights under the plain model's names: what its published checkpoint holds
+    (each tensor its own copy: a tied pair shares memory in a DDP model's state dict, which
+    safetensors refuses; the plain model's strict load ties them again)."""
     return {
-        key.removeprefix(PEFT_PREFIX).replace(BASE_LAYER, "."): value.contiguous()
+        key.removeprefix(PEFT_PREFIX).replace(BASE_LAYER, "."): value.detach().clone()
         for key, value in full.items()
         if ".lora_" not in key
     }
