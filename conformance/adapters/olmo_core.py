@@ -53,7 +53,6 @@ DIST = "ai2-olmo-core"
 SCHEDULER = "scheduler.pt"  # the functions row's scheduler, beside OLMo-core's DCP directory
 TRAIN_STATE_KEY = "scheduler"  # the checkpointer row's scheduler, in the train state it saves
 WRAPPERS = (("fsdp2", "shard"), ("fsdp1", "full_shard"), ("fsdp1+orig", "full_shard"), ("ddp", "replicate"))
-CHECKS = ("corrupt", "reshard", "resume", "roundtrip")
 DAMAGE = ("flipped_bytes", "missing_metadata", "missing_shard", "other_model", "truncated")
 
 
@@ -129,10 +128,18 @@ def storage(name: str) -> OwnFormat:
     )
 
 
+# both rows: the sharded kind (full_state_dict=False, always), every model the adapters declare
+SUPPORTS = Supports(
+    wrappers=WRAPPERS,
+    kinds=("sharded",),
+    checks=("corrupt", "reshard", "resume", "roundtrip"),
+    models=ADAPTER_MODELS,
+)
+
 OLMO_CORE_FUNCTIONS = RegisteredStrategy(
     name="olmo_core_functions",
     factory=OlmoCoreFunctions,
-    supports=Supports(wrappers=WRAPPERS, kinds=("sharded",), checks=CHECKS, models=ADAPTER_MODELS),
+    supports=SUPPORTS,
     storage=storage("olmo_core_dcp"),
     requires=(DIST,),
     imports=("olmo_core.distributed.checkpoint",),
@@ -145,7 +152,7 @@ OLMO_CORE_FUNCTIONS = RegisteredStrategy(
 OLMO_CORE_CHECKPOINTER = RegisteredStrategy(
     name="olmo_core_checkpointer",
     factory=OlmoCoreCheckpointer,
-    supports=Supports(wrappers=WRAPPERS, kinds=("sharded",), checks=CHECKS, models=ADAPTER_MODELS),
+    supports=SUPPORTS,
     storage=storage("olmo_core_trainer"),
     requires=(DIST,),
     imports=("olmo_core.train.checkpoint",),
