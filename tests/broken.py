@@ -613,6 +613,25 @@ class LosesItsTraceOnRankOne(RefusesOnRankZeroOnly):
         super().load(state, path, ctx)
 
 
+class LosesItsTraceAfterTheRelease(Delegating):
+    """Rank 0 refuses at once; rank 1 stays in its load (no collective), its trace fine when the
+    world's grace ends, then unreadable (a directory where its file was) before the world looks
+    again after the release: where it waits is not known then either."""
+
+    def load(self, state, path, ctx):  # type: ignore[no-untyped-def]
+        import time
+
+        from conformance.world.attribution import trace_path
+
+        if ctx.rank == 0:
+            raise RuntimeError("the checkpoint is damaged (seen on rank 0 first)")
+        time.sleep(4.5)  # past the 3 s grace, inside the 3 s release wait
+        trace = trace_path(ctx.cell_dir, ctx.rank)
+        trace.unlink()
+        trace.mkdir()
+        time.sleep(30.0)
+
+
 class ReadsOutsideAProcessGroupOnly(Delegating):
     """Not broken: its offline reader refuses inside a process group, as some libraries' one-
     process tools do (a control: the hygiene read must run as a program of one process)."""
@@ -652,6 +671,9 @@ hangs_on_load = _factory(HangsOnLoad, "hangs_on_load")
 refuses_on_rank_zero_only = _factory(RefusesOnRankZeroOnly, "refuses_on_rank_zero_only")
 refuses_on_rank_zero_while_rank_one_is_slow = _factory(
     RefusesOnRankZeroWhileRankOneIsSlow, "refuses_on_rank_zero_while_rank_one_is_slow"
+)
+loses_its_trace_after_the_release = _factory(
+    LosesItsTraceAfterTheRelease, "loses_its_trace_after_the_release"
 )
 loses_its_trace_on_rank_one = _factory(LosesItsTraceOnRankOne, "loses_its_trace_on_rank_one")
 exits_in_load = _factory(ExitsInLoad, "exits_in_load")

@@ -384,6 +384,11 @@ def test_a_wait_whose_trace_is_lost_is_the_harness_s_fault(pool: WorldPool) -> N
     assert result.outcome is Outcome.HARNESS_ERROR, result.detail
     assert "where it waits is not known" in result.detail
     assert "rank 1 in an unknown place" in result.detail
+    # the same when the trace is lost between the end of the grace and the look after the release
+    late = broken.loses_its_trace_after_the_release
+    result = run_case(pool, cell, backend="gloo", timeout_s=60, strategy_factory=late)
+    assert result.outcome is Outcome.HARNESS_ERROR, result.detail
+    assert "where it waits is not known" in result.detail
 
 
 def test_the_hygiene_read_runs_as_a_program_of_one_process(pool: WorldPool) -> None:

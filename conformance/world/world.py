@@ -231,14 +231,16 @@ class World:
             waiting = tuple((r, waiting_in(trace_path(cell_dir, r))) for r in missing)
             stacks = self._dump_stacks([r for r, _ in waiting], offsets) if waiting else ""
             detail = error_detail(errors, waiting, self.error_grace_s, stacks)
-            if any(call == UNTRACED for _, call in waiting):
-                # whether a rank waits in the code under test or in the harness is not known:
-                # neither a refusal nor a hang of the strategy (a fault of this suite's trace)
-                status, detail = "harness-error", f"{UNTRACED_SAID}\n{detail}"
+            still = waiting
             if missing:
                 detail += self._release(replies, missing)
-                waiting = self._still_inside(waiting, replies, cell_dir)
-            run = CellRun(status, detail=detail, raised_in=errors[0].raised_in, unfinished=waiting)
+                still = self._still_inside(waiting, replies, cell_dir)
+            if any(call == UNTRACED for _, call in (*waiting, *still)):
+                # whether a rank waits in the code under test or in the harness is not known,
+                # when the grace ended or after the release: neither a refusal nor a hang of the
+                # strategy (a fault of this suite's trace)
+                status, detail = "harness-error", f"{UNTRACED_SAID}\n{detail}"
+            run = CellRun(status, detail=detail, raised_in=errors[0].raised_in, unfinished=still)
             return run, len(replies) < self.size
         if missing:
             return CellRun(
