@@ -57,13 +57,18 @@ DAMAGE = ("flipped_bytes", "missing_metadata", "missing_shard", "other_model", "
 
 
 @dataclass(frozen=True)
-class OlmoCoreFunctions:
-    """save_model_and_optim_state / load_model_and_optim_state (olmo_core.distributed.checkpoint)."""
+class OlmoCoreRow:
+    """What both rows share: the cell's case, and the model wrapped by the cell's layout."""
 
     case: Case
 
     def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
         return layout_of(self.case).build(self.case).wrap(model, ctx)
+
+
+@dataclass(frozen=True)
+class OlmoCoreFunctions(OlmoCoreRow):
+    """save_model_and_optim_state / load_model_and_optim_state (olmo_core.distributed.checkpoint)."""
 
     def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
         from olmo_core.distributed.checkpoint import save_model_and_optim_state
@@ -87,13 +92,8 @@ def work_dir(ctx: RankContext) -> Path:
 
 
 @dataclass(frozen=True)
-class OlmoCoreCheckpointer:
+class OlmoCoreCheckpointer(OlmoCoreRow):
     """Checkpointer.save / Checkpointer.load (olmo_core.train.checkpoint) of a BasicTrainModule."""
-
-    case: Case
-
-    def wrap(self, model: nn.Module, ctx: RankContext) -> nn.Module:
-        return layout_of(self.case).build(self.case).wrap(model, ctx)
 
     def train_module(self, state: TrainState):  # type: ignore[no-untyped-def]
         from olmo_core.train.train_module import BasicTrainModule
