@@ -51,6 +51,7 @@ DEFAULT_SHARDING: dict[str, str] = {
     "pp": "stages",
 }
 DEFAULT_PRECISION = "fp32"
+DEFAULT_CONSTRUCTION = "ctor"  # the fresh model by its constructor (conformance.construction)
 KINDS = ("full", "local", "sharded")
 
 # The grammar of a cell's optimizer word: the optimizer, then its options, each an axis of its
@@ -119,6 +120,9 @@ class Case:
     # (dp, tp) mesh "DxT", HSDP + TP's (replicate, shard, tp) "RxSxT", pipeline stages with
     # FSDP inside each (stages, dp) "PxD".
     mesh: str = ""
+    # how the fresh model the checkpoint is loaded into is built (conformance.construction): by its
+    # constructor, or on the meta device; an id names only the others
+    construction: str = DEFAULT_CONSTRUCTION
 
     def __post_init__(self) -> None:
         if self.strategy:
@@ -180,6 +184,8 @@ class Case:
         parts = [self.config, self.optimizer, self.model]
         if self.precision != DEFAULT_PRECISION:
             parts.append(self.precision)
+        if self.construction != DEFAULT_CONSTRUCTION:
+            parts.append(self.construction)
         parts.append(f"w{self.world_size}")
         if self.mesh:
             parts.append(f"mesh{self.mesh}")

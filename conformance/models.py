@@ -58,6 +58,11 @@ class ScalarParameter(UnevenMLP):
         super().__init__()
         self.logit_scale = nn.Parameter(torch.tensor(1.25))
 
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """What the constructor set of this module's own state (a model built on the meta device)."""
+        self.logit_scale.fill_(1.25)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(x) * self.logit_scale
 
@@ -71,6 +76,11 @@ class IntegerCounter(UnevenMLP):
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """What the constructor set of this module's own state (a model built on the meta device)."""
+        self.steps.zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.steps += 1
@@ -89,6 +99,12 @@ class ScalarAndCounter(UnevenMLP):
         super().__init__()
         self.logit_scale = nn.Parameter(torch.tensor(1.25))
         self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """What the constructor set of this module's own state (a model built on the meta device)."""
+        self.logit_scale.fill_(1.25)
+        self.steps.zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.steps += 1
@@ -112,6 +128,10 @@ class TiedTransformer(nn.Module):
             self.width, 2, dim_feedforward=20, dropout=0.0, batch_first=True
         )
         self.head = nn.Linear(self.width, self.vocab, bias=False)
+        self.head.weight = self.embed.weight
+
+    def tie_weights(self) -> None:
+        """The tie made again, as Hugging Face's models make it (after to_empty, which unties)."""
         self.head.weight = self.embed.weight
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -232,6 +252,12 @@ class NonPersistentBuffer(UnevenMLP):
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("scale", torch.linspace(0.5, 1.5, 13), persistent=False)
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """The buffer computed as the constructor computes it, as a rotary cache's inv_freq is: no
+        state dict holds it, so a model built on the meta device has it only from here."""
+        self.scale.copy_(torch.linspace(0.5, 1.5, 13))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # in the input's dtype: under FSDP1 mixed precision only the root's inputs are cast, and

@@ -12,6 +12,7 @@ from conformance.case import Case, Transfer, seed_of
 from conformance.check.base import StrategyFactory, Under
 from conformance.check.phases import Phases, SharedSaves
 from conformance.check.registry import CHECKS
+from conformance.construction.registry import plugin_modules as construction_plugins
 from conformance.layout.builtin import builtin_strategy
 from conformance.layout.registry import layout_of
 from conformance.matrix import (
@@ -110,7 +111,7 @@ RANK_PRELOAD: tuple[str, ...] = ("conformance.check.roundtrip",)
 def rank_preload() -> tuple[str, ...]:
     """RANK_PRELOAD and the plugin modules that registered an axis value (an optimizer, a precision): a rank
     finds a plugin's value only once it has imported the module that registers it."""
-    return (*RANK_PRELOAD, *optimizer_plugins(), *precision_plugins())
+    return (*RANK_PRELOAD, *optimizer_plugins(), *precision_plugins(), *construction_plugins())
 
 
 def run_case(

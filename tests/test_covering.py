@@ -12,7 +12,7 @@ from conformance.findings import load_findings
 from conformance.matrix import CHECKS, cells, unsupported_reason
 from conformance.matrix.cells import feature_presets, witnesses
 from conformance.matrix.costs import Costs, load_costs
-from conformance.matrix.covering import cover, lost
+from conformance.matrix.covering import cover_each_construction, lost
 
 # the checks whose built-in cells are configurations (the lifecycle check has none: its cells are
 # registered strategies' only)
@@ -93,7 +93,7 @@ def test_the_choice_is_the_same_computed_afresh() -> None:
     run = _supported("default-product", "resume")
     full = _supported("full", "resume")
     presets = feature_presets("resume", run) + witnesses(run + full)
-    fresh = cover(full + presets, presets)
+    fresh = cover_each_construction(full + presets, presets)
     assert [c.id for c in fresh] == expected
 
 
@@ -106,7 +106,7 @@ def test_the_covering_prefers_cheap_cells() -> None:
     run = _supported("default-product", "roundtrip")
     presets = feature_presets("roundtrip", run) + witnesses(run + universe)
     weighted = cells("default", "roundtrip")
-    flat = cover(universe + presets, presets, costs=Costs({}))
+    flat = cover_each_construction(universe + presets, presets, costs=Costs({}))
     assert not lost(universe, flat)
 
     def total(cs: list) -> float:

@@ -129,7 +129,7 @@ def run_phase(ctx: RankContext, spec: LifeSpec) -> dict[str, Any]:
 def resume_phase(ctx: RankContext, spec: LifeSpec) -> dict[str, Any]:
     case = spec.case
     strategy = strategy_under_test(spec.strategy_factory, case)
-    state = fresh_state(strategy, case, ctx, seed=ctx.seed + 1)
+    state = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, loading=True)
     before = canonical_of(state, case, ctx)
     if before is not None and any(
         not differs_somewhere(spec.expected[s], before) for s in spec.scenario.loads

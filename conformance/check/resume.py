@@ -30,8 +30,10 @@ from conformance.check.roundtrip import (
     limit_lines,
     preload_hook,
 )
+from conformance.check.roundtrip_cells import built_on_meta, by_constructor
 from conformance.check.slices import LAYOUT_WRAPPERS, MAIN_APIS, MAIN_WRAPPERS, PP_FSDP_WRAPPERS, Slice
 from conformance.check.snapshot import count_elements, full_state, local_state
+from conformance.construction.registry import meta_constructions
 from conformance.layout.builtin import builtin_strategy
 from conformance.observed import Observed
 from conformance.optim.registry import optimizer_names, optimizer_product
@@ -84,7 +86,9 @@ def run_b(ctx: RankContext, spec: ResumeSpec) -> dict[str, Any]:
     assert spec.reference is not None
     case, path = spec.case, Path(spec.directory)
     strategy = strategy_under_test(spec.strategy_factory, case)
-    state = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, preload=preload_hook(strategy, path, ctx))
+    state = fresh_state(
+        strategy, case, ctx, seed=ctx.seed + 1, preload=preload_hook(strategy, path, ctx), loading=True
+    )
     strategy.load(state, path, ctx)
     got = _finish(state, case, ctx)
     want = spec.reference[ctx.rank]
@@ -181,6 +185,16 @@ RESUME_LAYOUT_SLICE = Slice(
     optimizers=("adamw+sched",),
     models=("llama",),
 )
+# the fresh model built on the meta device (conformance.construction): a buffer the state dict does
+# not hold must be what the constructor computed, or the resumed run's forward differs
+RESUME_META_SLICE = dataclasses.replace(
+    RESUME_SLICE,
+    name="resume into a model built on the meta device",
+    apis=("dsd_full_bcast", "dsd_sharded", "sd_full"),
+    storages=("dcp", "torch_save"),
+    models=("mlp_int_buffer", "mlp_nonpersistent"),
+    constructions=meta_constructions,
+)
 RESUME_PP_FSDP_SLICE = dataclasses.replace(
     RESUME_LAYOUT_SLICE, name="resume in pipeline stages with FSDP", wrappers=PP_FSDP_WRAPPERS
 )
@@ -199,6 +213,7 @@ CHECK = Check(
                 (RESUME_IDLE_SLICE, (2,)),
                 (RESUME_LAYOUT_SLICE, (2,)),
                 (RESUME_PP_FSDP_SLICE, (4,)),
+                (RESUME_META_SLICE, (2,)),
             ),
             "full": (
                 (RESUME_SLICE, (1, 2, 4)),
@@ -208,11 +223,19 @@ CHECK = Check(
                 (RESUME_IDLE_SLICE, (1, 2, 4)),
                 (RESUME_LAYOUT_SLICE, (2, 4)),
                 (RESUME_PP_FSDP_SLICE, (4,)),
+                (RESUME_META_SLICE, (1, 2, 4)),
             ),
         }
     ),
     execute=execute,
-    features=(Feature("resume", "the resumed run continues bitwise"),),
+    features=(
+        Feature("resume", "the resumed run continues bitwise", by_constructor(lambda a: True)),
+        Feature(
+            "resume, meta init",
+            "the resumed run continues bitwise from a fresh model built on the meta device",
+            built_on_meta,
+        ),
+    ),
     registered=True,
     properties=True,
 )

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
+from torch import nn
 
-from conformance.case import Case
+from conformance.case import DEFAULT_CONSTRUCTION, Case
 from conformance.check.base import CaseCells, Check, StrategyFactory, Under
 from conformance.check.compare import compare_states, first_of_each_kind
 from conformance.check.phases import STATUS_OUTCOMES, Phases, observed_of
@@ -40,6 +41,8 @@ from conformance.check.roundtrip_cells import (
     LAYOUT_CI_SLICE,
     LAYOUT_MODELS_SLICE,
     LAYOUT_SLICE,
+    META_CI_SLICE,
+    META_SLICE,
     MODEL_SLICE,
     MOE_SLICE,
     OPTIM_OFFLOAD_SLICE,
@@ -56,6 +59,7 @@ from conformance.check.roundtrip_cells import (
 from conformance.check.sanity import sanity_records, sharding_problems
 from conformance.check.slices import EVERY_WRAPPER_AND_API, MAIN_SLICE
 from conformance.check.snapshot import Snapshot, count_elements, full_state, local_state
+from conformance.construction.registry import construction_of
 from conformance.layout.builtin import builtin_strategy
 from conformance.layout.registry import layout_of
 from conformance.models import build_model
@@ -113,13 +117,33 @@ def limit_lines(lines: list[str]) -> list[str]:
 
 
 def fresh_state(
-    strategy: Strategy, case: Case, ctx: RankContext, seed: int, preload: Callable[[Any], None] | None = None
+    strategy: Strategy,
+    case: Case,
+    ctx: RankContext,
+    seed: int,
+    preload: Callable[[Any], None] | None = None,
+    *,
+    loading: bool = False,
 ) -> TrainState:
+    """The cell's model wrapped by the strategy, its optimizer, scheduler and scaler. loading: the
+    model a checkpoint is loaded into, built as the cell's construction says (the trained one is
+    always built by its constructor)."""
     precision = precision_of(case.precision)
-    model = precision.prepare(build_model(case.model, seed, ctx.rank, ctx.world_size))
-    if preload is not None:
-        preload(model)
-    model = strategy.wrap(model, ctx)
+    construction = construction_of(case.construction if loading else DEFAULT_CONSTRUCTION)
+    if preload is not None and construction.on_meta:
+        raise ValueError(
+            f"{case.id}: a strategy that loads before wrapping takes no model built on the meta device"
+        )
+
+    def make() -> nn.Module:
+        model = precision.prepare(build_model(case.model, seed, ctx.rank, ctx.world_size))
+        if preload is not None:
+            preload(model)
+        return model
+
+    model = construction.build(
+        make, lambda m: strategy.wrap(m, ctx), ctx.device, layout_of(case).materialize, seed=seed
+    )
     optim, scheduler = build_optimizer(case.optimizer, model)
     scaler = precision.scaler(ctx.device, replicated=layout_of(case).replicated)
     return owned_state(strategy, TrainState(model, optim, scheduler, scaler=scaler), ctx)
@@ -139,7 +163,7 @@ def load_checkpoint(
     which it loads into, and the state that was checked is set aside."""
     preload = preload_hook(strategy, path, ctx)
     if preload is not None:
-        fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, preload=preload)
+        fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, preload=preload, loading=True)
     strategy.load(fresh, path, ctx)
     return fresh
 
@@ -185,7 +209,7 @@ def run_roundtrip(ctx: RankContext, spec: RoundTrip) -> dict[str, Any]:
     failures += [f"rank {ctx.rank}: save changed the live state: {d}" for d in changed]
     observed += [d.observed("live state after save", ctx.rank) for d in changed]
 
-    fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1)
+    fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, loading=True)
     if fresh.model is trained.model or fresh.optim is trained.optim:
         raise VacuousCheckError(
             "the strategy returned the trained model again instead of wrapping the fresh one"
@@ -260,6 +284,7 @@ CHECK = Check(
                 (OPTIM_OFFLOAD_SLICE, (2,)),
                 (LAYOUT_CI_SLICE, (2,)),
                 (PRECISION_CI_SLICE, (2,)),
+                (META_CI_SLICE, (2,)),
             ),
             "default": (
                 (FLAT_WRAPPERS_AND_APIS, (2,)),
@@ -275,6 +300,7 @@ CHECK = Check(
                 (FSDP1_TP_SLICE, (4,)),
                 (EP_SLICE, (2, 4)),
                 (PP_FSDP_SLICE, (4,)),  # 2 stages, each FSDP over 2 ranks
+                (META_SLICE, (2,)),
             ),
             "full": (
                 *(
@@ -298,6 +324,7 @@ CHECK = Check(
                 (FSDP1_TP_SLICE, (4,)),
                 (TP_PROPERTY_SLICE, (2, 4)),
                 (PP_FSDP_SLICE, (2, 4)),
+                (META_SLICE, (1, 2, 4)),
             ),
         }
     ),

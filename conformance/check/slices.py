@@ -10,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from conformance.case import Case
+from conformance.case import DEFAULT_CONSTRUCTION, Case
+from conformance.construction.registry import is_default as is_default_construction
 from conformance.layout.registry import LAYOUTS
 from conformance.optim.registry import DEFAULT_OPTIMIZER
 from conformance.strategy.storage import STORAGES as STORAGE_OBJECTS
@@ -100,6 +101,8 @@ class Slice:
     models: tuple[str, ...] = ("mlp",)
     precisions: Values = ("fp32",)
     kinds: tuple[str, ...] | None = None  # only APIs of these state-dict kinds
+    # how the fresh model is built (conformance.construction); a function of the registry like optimizers
+    constructions: Values = (DEFAULT_CONSTRUCTION,)
 
     def cases(self, world_sizes: tuple[int, ...], check: str = "roundtrip") -> list[Case]:
         return list(self.product(world_sizes, check))
@@ -108,7 +111,13 @@ class Slice:
         """The cells, made once per process for the same values: the axes' values as they are
         now (a registry's, read here) and the layout objects registered now."""
         layouts = tuple((w, s, Same(LAYOUTS[(w, s)])) for w, s in self.wrappers)
-        values = (self.storages, _values(self.optimizers), self.models, _values(self.precisions))
+        values = (
+            self.storages,
+            _values(self.optimizers),
+            self.models,
+            _values(self.precisions),
+            _values(self.constructions),
+        )
         return _product(layouts, self.apis, values, self.kinds, world_sizes, check)
 
 
@@ -140,10 +149,21 @@ def _product(
     for wrapper, sharding, registered in layouts:
         layout = registered.obj
         apis = [a for a in sorted(layout.apis) if only_apis is None or a in only_apis]
-        for api, (storage, optimizer, model, precision), ws in itertools.product(
+        for api, (storage, optimizer, model, precision, construction), ws in itertools.product(
             apis, itertools.product(*values), world_sizes
         ):
-            case = Case(wrapper, sharding, api, storage, optimizer, model, ws, precision, check)
+            case = Case(
+                wrapper,
+                sharding,
+                api,
+                storage,
+                optimizer,
+                model,
+                ws,
+                precision,
+                check,
+                construction=construction,
+            )
             if kinds is None or case.kind in kinds:
                 out.extend(dataclasses.replace(case, mesh=mesh) for mesh in layout.meshes(ws))
     return tuple(out)
@@ -161,6 +181,8 @@ def _configurations(products: tuple[Same, ...]) -> tuple[Case, ...]:
     first: dict[tuple[Any, ...], Case] = {}
     for product in products:
         for c in product.obj:
+            if not is_default_construction(c.construction):
+                continue  # a registered strategy's wrap gets the constructor's model: no such axis yet
             first.setdefault(
                 (c.wrapper, c.sharding, c.optimizer, c.model, c.world_size, c.precision, c.mesh), c
             )

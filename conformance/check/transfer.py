@@ -105,7 +105,7 @@ def saved(phases: Phases, case: Case, directory: str, factory: StrategyFactory) 
 def load_phase(ctx: RankContext, spec: LoadSpec) -> dict[str, Any]:
     case, path = spec.case, Path(spec.directory)
     strategy = strategy_under_test(spec.strategy_factory, case)
-    fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1)
+    fresh = fresh_state(strategy, case, ctx, seed=ctx.seed + 1, loading=True)
     before = canonical_of(fresh, case, ctx)
     if before is not None:  # rank 0
         if not any(k.startswith("param/") for k in spec.expected):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.case import Case
+from conformance.construction.base import Materialize
 from conformance.strategy.protocol import StateApi, Wrapper
 from conformance.strategy.storage import STORAGES
 
@@ -64,6 +65,8 @@ class Layout:
     # the parameters keep a `grad_dtype` set before wrapping (no wrapper replaces or buckets them)
     keeps_grad_dtype: bool = False
     refusals: tuple[Refusal, ...] = ()
+    # where a fresh model built on the meta device gets its storage (conformance.construction)
+    materialize: Materialize = Materialize.AFTER_WRAP
     # transfers saved in this layout whose load must raise by design (matched on Transfer.axes())
     load_refusals: tuple[Refusal, ...] = ()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from conformance.construction.base import Materialize
 from conformance.layout.base import KEYED_BY_INDEX, KEYED_BY_INDEX_CONVERTED, Layout, expert_models
 from conformance.precision.registry import mixed
 from conformance.strategy.builtin import STATE_APIS
@@ -14,6 +15,7 @@ LAYOUTS = (
         build=lambda case: DdpWrapper(),
         apis=STATE_APIS["ddp"],
         replicated=True,
+        materialize=Materialize.BEFORE_WRAP,  # DDP broadcasts rank 0's values while wrapping
         load_refusals=(KEYED_BY_INDEX_CONVERTED,),
         property_reshards=False,  # one replica's state: a resharding property adds nothing
         refusals=(

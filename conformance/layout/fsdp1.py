@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from conformance.case import Case
+from conformance.construction.base import Materialize
 from conformance.layout.base import Layout, Refusal
 from conformance.optim.registry import in_param_groups
 from conformance.precision.registry import precision_of
@@ -46,6 +47,8 @@ def _layout(wrapper: str, sharding: str, orig: bool, replicated: bool) -> Fsdp1:
         apis=STATE_APIS["fsdp1"],
         replicated=replicated,
         flat_shards=not replicated,
+        # FSDP1 materialises a meta-device module itself: to_empty + reset_parameters per module
+        materialize=Materialize.BY_WRAPPER,
         refusals=() if orig else (GROUPS_NEED_ORIG_PARAMS,),
     )
 

@@ -4,6 +4,7 @@ keeps its grad_dtype meets them)."""
 
 from __future__ import annotations
 
+from conformance.construction.base import Materialize
 from conformance.layout.base import KEYED_BY_INDEX, KEYED_BY_INDEX_CONVERTED, Layout
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.wrappers import PlainWrapper
@@ -17,6 +18,7 @@ LAYOUTS = (
         replicated=True,
         sanity_checked=False,
         keeps_grad_dtype=True,
+        materialize=Materialize.BEFORE_WRAP,
         refusals=(KEYED_BY_INDEX,),
         load_refusals=(KEYED_BY_INDEX_CONVERTED,),
     ),

@@ -11,7 +11,7 @@ from conformance.case import Case, Transfer
 from conformance.check.registry import CHECKS
 from conformance.findings import load_findings
 from conformance.matrix.costs import Costs, load_costs
-from conformance.matrix.covering import cover
+from conformance.matrix.covering import cover_each_construction
 from conformance.matrix.profiles import PROFILES, Covering, Profile
 from conformance.matrix.rules import unsupported_by_design, unsupported_reason
 from conformance.outcome import CellResult, Outcome
@@ -71,7 +71,7 @@ def _choose(
     supported = [c for c in universe if not why_not(c)]
     kept = [c for c in run if covering.keep is not None and covering.keep(c)]
     presets = feature_presets(check, run, costs) + witnesses(run + supported) + kept
-    return cover(supported + presets, presets, costs, strength)
+    return cover_each_construction(supported + presets, presets, costs, strength)
 
 
 def witnesses(cells: list[Case]) -> list[Case]:

@@ -126,3 +126,17 @@ def cover(
     forced = sorted({index[c] for c in presets if c in index})
     chosen = weighted(rows, axes, forced, [costs.of(c) for c in universe], strength)
     return [universe[i] for i in chosen]
+
+
+def cover_each_construction(
+    universe: list[Case], presets: list[Case], costs: Costs | None = None, strength: int = 2
+) -> list[Case]:
+    """cover() for each construction of the fresh model on its own (conformance.construction): the
+    constructor's cells are chosen as if no other construction existed, and another's meet their
+    pairs among themselves (the cost grows with the sum of the axes; a meta-device cell never
+    stands in for a constructor's). Sorted by id."""
+    chosen: list[Case] = []
+    for construction in sorted({c.construction for c in universe}):
+        pool = [c for c in universe if c.construction == construction]
+        chosen += cover(pool, [c for c in presets if c.construction == construction], costs, strength)
+    return sorted(chosen, key=lambda c: c.id)

@@ -184,7 +184,8 @@ class Fsdp2Wrapper:
             kwargs["mp_policy"] = mixed_precision_policy_cls()(**dict(self.mixed))
         if self.cpu_offload:
             kwargs["offload_policy"] = cpu_offload_policy_cls()()
-        model = model.to(ctx.device)
+        if not any(p.is_meta for p in model.parameters()):  # a meta-device model stays there (to_empty later)
+            model = model.to(ctx.device)
         if self.hsdp and local_experts(model) is not None:
             raise ValueError("expert parallelism with FSDP2 HSDP is not built")
         return fully_shard_model(model, mesh, ctx, **kwargs)

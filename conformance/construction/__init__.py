@@ -1,0 +1,1 @@
+"""How the fresh model a checkpoint is loaded into is built: an axis of the matrix."""

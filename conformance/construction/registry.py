@@ -1,0 +1,37 @@
+"""The constructions, registered in one place: the matrix's slices and the fresh model of every
+cell read this table. From outside the package, `register(construction)` in a module that pytest
+imports (`-p your.module`); the ranks import that module too (plugin_modules)."""
+
+from __future__ import annotations
+
+from conformance.axis import Axis
+from conformance.case import DEFAULT_CONSTRUCTION
+from conformance.construction import builtin
+from conformance.construction.base import Construction
+
+AXIS: Axis[Construction] = Axis("construction", builtin.CONSTRUCTIONS)
+CONSTRUCTIONS = AXIS.values
+register = AXIS.register  # adds a construction (or replaces the one of its name); returns it
+plugin_modules = AXIS.plugin_modules
+
+
+def construction_of(name: str) -> Construction:
+    try:
+        return CONSTRUCTIONS[name]
+    except KeyError:
+        raise AXIS.unknown(name) from None
+
+
+def is_default(name: str) -> bool:
+    """Whether it is the default construction (the constructor), which cell ids leave out."""
+    return name == DEFAULT_CONSTRUCTION
+
+
+def on_meta(name: str) -> bool:
+    """Whether the construction named builds the fresh model on the meta device (a rule's predicate)."""
+    return construction_of(name).on_meta
+
+
+def meta_constructions() -> tuple[str, ...]:
+    """Every registered construction on the meta device, sorted (the construction slices' values)."""
+    return tuple(sorted(n for n, c in CONSTRUCTIONS.items() if c.on_meta))

@@ -1,0 +1,22 @@
+"""A construction that skips the model's own initialisation: the fresh model is built on the meta
+device and given storage (to_empty) as the meta construction does, but reset_parameters is never
+called, as a path that materialises a model and trusts the load for everything leaves it. The
+non-persistent buffer the state dict does not hold (mlp_nonpersistent's, as a rotary cache's
+inv_freq) stays uninitialised memory, and the round trip and the resume must say so (a FAIL
+naming the buffer, judged `corrupts`). Registered by `-p tests.broken_constructions`; the ranks
+import this module too (plugin_modules). FSDP1 materialises a meta model itself, so its rows are
+not this value's: DDP and FSDP2 get their storage from the construction."""
+
+from __future__ import annotations
+
+from conformance.construction.base import Construction
+from conformance.construction.registry import register
+
+UNINITIALISED = register(
+    Construction(
+        "meta_uninit",
+        "on the meta device, then to_empty() and the load, no reset_parameters (broken on purpose)",
+        on_meta=True,
+        initialise=False,
+    )
+)

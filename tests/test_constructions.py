@@ -1,0 +1,85 @@
+"""How the fresh model is built is an axis of its own (conformance.construction): a model built on
+the meta device gets storage and its own initialisation before the load, a construction that skips
+the initialisation is caught by the round trip and the resume as a corrupted buffer
+(tests/broken_constructions.py), a construction that did not build on the meta device is refused
+as vacuous, and the constructor's cells of a covering profile are chosen as if no other
+construction existed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from conformance.case import DEFAULT_CONSTRUCTION
+from conformance.construction.base import Materialize, NotBuiltOnMeta
+from conformance.construction.registry import construction_of
+from tests.test_plugin import outcomes, run_cases
+
+UNINITIALISED = (
+    "ddp-sd_full-torch_save-adamw-mlp_nonpersistent-meta_uninit-w2",
+    "fsdp2-dsd_sharded-dcp-adamw-mlp_nonpersistent-meta_uninit-w2",
+    "resume-fsdp2-dsd_sharded-dcp-adamw+sched-mlp_nonpersistent-meta_uninit-w2",
+)
+INITIALISED = tuple(i.replace("meta_uninit", "meta") for i in UNINITIALISED)
+
+
+def test_a_construction_that_skips_the_initialisation_is_caught(tmp_path: Path) -> None:
+    code, results, log = run_cases(
+        tmp_path,
+        "-p",
+        "tests.broken_constructions",
+        "--matrix",
+        "full",
+        "-k",
+        " or ".join(UNINITIALISED + INITIALISED),
+    )
+    got = outcomes(results)
+    assert {i: got.get(i) for i in INITIALISED} == dict.fromkeys(INITIALISED, "pass"), log[-3000:]
+    assert {i: got.get(i) for i in UNINITIALISED} == dict.fromkeys(UNINITIALISED, "fail"), log[-3000:]
+    details = {c["id"]: c["detail"] for c in results["cells"]}
+    assert all("buffer/scale" in details[i] for i in UNINITIALISED), details
+    assert code == 1
+
+
+class OffMeta(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("made_here", torch.zeros(3, device="cpu"))
+
+
+def test_a_model_that_is_not_on_the_meta_device_is_refused() -> None:
+    meta = construction_of("meta")
+    with pytest.raises(NotBuiltOnMeta):
+        meta.build(OffMeta, lambda m: m, torch.device("cpu"), Materialize.AFTER_WRAP)
+
+
+def test_the_meta_construction_gives_storage_and_initialises() -> None:
+    from conformance.models import model_class
+
+    cls = model_class("mlp_nonpersistent")
+    built = construction_of("meta").build(cls, lambda m: m, torch.device("cpu"), Materialize.BEFORE_WRAP)
+    assert not any(t.is_meta for t in (*built.parameters(), *built.buffers()))
+    assert torch.equal(built.scale, cls().scale)
+    tied = construction_of("meta").build(
+        model_class("tied_transformer"), lambda m: m, torch.device("cpu"), Materialize.BEFORE_WRAP
+    )
+    assert tied.head.weight is tied.embed.weight
+
+
+def test_the_constructors_cells_of_a_covering_ignore_other_constructions() -> None:
+    from conformance.matrix.cells import cells
+
+    for check in ("roundtrip", "resume"):
+        chosen = cells("default", check)
+        meta = [c for c in chosen if c.construction != DEFAULT_CONSTRUCTION]
+        assert meta, check
+        # no constructor cell is missing because a meta cell met its pairs: every constructor
+        # (row, feature) answer of the default declaration keeps its preset, and meta cells
+        # never answer a constructor's column
+        from conformance.check.registry import CHECKS
+
+        for c in meta:
+            assert not any(f.selects(c.axes()) for f in CHECKS[check].features if "meta" not in f.name), c.id
