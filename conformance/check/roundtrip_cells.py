@@ -170,7 +170,7 @@ FSDP1_TP_SLICE = Slice(
 
 # The fresh model built on the meta device (conformance.construction): the models whose state is
 # more than weight matrices (a non-persistent buffer computed in __init__, as a rotary cache's
-# inv_freq; a scalar and an int buffer; a tie; BatchNorm's running stats), through the full
+# inv_freq; an int buffer; a tie; BatchNorm's running stats), through the full
 # state on every rank, its broadcast from rank 0, and the sharded state
 META_SLICE = Slice(
     "built on the meta device",
@@ -305,7 +305,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature(
         "meta init",
         "the fresh model built on the meta device, then to_empty() and reset_parameters() (FSDP1's own "
-        "materialisation), then the load: a buffer the state dict does not hold, a tie, a scalar",
+        "materialisation), then the load: a buffer no state dict holds, an int buffer, a tie, BatchNorm's running stats",
         built_on_meta,
     ),
 )
