@@ -194,13 +194,35 @@ def test_a_venv_gets_the_checkpoint_libraries_its_torch_takes_and_every_new_adap
         "peft==0.21.2",
         "ai2-olmo-core==3.0.0",
         "tyro>=0.9",
+        "ray==2.60.0",
+        "omegaconf>=2.3",
+        "datasets>=4.0",
+        "pillow",
+        "codetiming",
+        "cloudpickle",
+        "orjson",
+        "importlib_metadata",
     ]
-    assert libraries_for("2.13.0", no_deps=True) == ["torchtitan==0.3.0", "spmd_types==0.2.3"]
+    assert libraries_for("2.13.0", no_deps=True) == [
+        "torchtitan==0.3.0",
+        "spmd_types==0.2.3",
+        "verl==0.9.1",
+        "tensordict==0.10.0",
+        "pyvers==0.1.0",
+    ]
     assert libraries_for("2.12.1") == [
         "torch_checkpointing==0.1.1",
         "transformers==5.24.0",
         "peft==0.21.2",
         "ai2-olmo-core==3.0.0",
+        "ray==2.60.0",
+        "omegaconf>=2.3",
+        "datasets>=4.0",
+        "pillow",
+        "codetiming",
+        "cloudpickle",
+        "orjson",
+        "importlib_metadata",
     ]
     assert libraries_for("2.10.0") == ["transformers==5.24.0", "peft==0.21.2", "ai2-olmo-core==3.0.0"]
     assert libraries_for("2.10.0", no_deps=True) == []
@@ -229,8 +251,23 @@ def test_each_library_is_pinned_in_one_place() -> None:
             "peft==0.21.2",
             "ai2-olmo-core==3.0.0",
             "tyro>=0.9",
+            "ray==2.60.0",
+            "omegaconf>=2.3",
+            "datasets>=4.0",
+            "pillow",
+            "codetiming",
+            "cloudpickle",
+            "orjson",
+            "importlib_metadata",
         ],
-        ["--no-deps", "torchtitan==0.3.0", "spmd_types==0.2.3"],
+        [
+            "--no-deps",
+            "torchtitan==0.3.0",
+            "spmd_types==0.2.3",
+            "verl==0.9.1",
+            "tensordict==0.10.0",
+            "pyvers==0.1.0",
+        ],
         ["--no-cache-dir", "--no-build-isolation", "deepspeed==0.19.8"],
     ]
     assert commands[-1][1] == {"DS_BUILD_SHM_COMM": "1"}

@@ -44,6 +44,23 @@ LIBRARY_PACKAGES: dict[str, Library] = {
     "tyro": Library("tyro>=0.9", (2, 13)),
     "torchtitan": Library("torchtitan==0.3.0", (2, 13), no_deps=True),
     "spmd-types": Library("spmd_types==0.2.3", (2, 13), no_deps=True),  # torchtitan 0.3.0 pins it
+    # verl without its own requirements: it caps transformers below 5.11 (ours is 5.24.0) and pulls
+    # wandb, tensorboard, torchdata, hydra-core, pylatexenc, pybind11; its checkpoint manager's
+    # import (verl/__init__.py imports ray and tensordict; verl.utils.checkpoint imports its engines,
+    # datasets, PIL, codetiming, omegaconf) needs the lines after it. Its base requirements name no
+    # torch; its "fsdp" and "cpu" extras pin torch==2.11.0 (tried with torch 2.13)
+    "verl": Library("verl==0.9.1", (2, 11), no_deps=True),
+    "ray": Library("ray==2.60.0", (2, 11)),
+    "omegaconf": Library("omegaconf>=2.3", (2, 11)),
+    "datasets": Library("datasets>=4.0", (2, 11)),
+    "pillow": Library("pillow", (2, 11)),
+    "codetiming": Library("codetiming", (2, 11)),
+    # tensordict's own requirements, but pyvers (which pins packaging<26) without its own
+    "cloudpickle": Library("cloudpickle", (2, 11)),
+    "orjson": Library("orjson", (2, 11)),
+    "importlib-metadata": Library("importlib_metadata", (2, 11)),
+    "tensordict": Library("tensordict==0.10.0", (2, 11), no_deps=True),
+    "pyvers": Library("pyvers==0.1.0", (2, 11), no_deps=True),
     # its CPU backend's shared-memory op prebuilt (conformance/adapters/deepspeed.py)
     "deepspeed": Library("deepspeed==0.19.8", (2, 13), build_env=(("DS_BUILD_SHM_COMM", "1"),)),
 }
