@@ -36,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --fold: write the folded results gzipped (results.json.gz, as a published table keeps them)",
     )
+    render.add_argument(
+        "--na",
+        action="store_true",
+        help="answer the feature table's unknown entries from the full declaration (n/a where no supported "
+        "cell can have them, else still unknown) and store the answers in results.json, as publish does",
+    )
     diff = commands.add_parser("diff", help="compare two results.json: metadata, then changed cells")
     diff.add_argument("old", type=Path)
     diff.add_argument("new", type=Path)
@@ -123,11 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.fold and not environment.get("unsupported"):  # folded once already: never twice
         cells += _declared_unsupported(environment, {c.id for c in cells})
     environment, cells = folded_into(environment, cells)  # unsupported rows of an older run: rules
-    if args.fold:
+    if args.na:
+        from conformance.report.applicable import with_not_applicable
+
+        environment = with_not_applicable(environment, cells)
+    if args.fold or args.na:
         from conformance.report.results import results_document, write_results
 
         target = args.results
-        if args.gzip and target.suffix != GZIPPED:
+        if (args.gzip or args.results.suffix == GZIPPED) and target.suffix != GZIPPED:
             target = target.with_name(target.name + GZIPPED)
         write_results(target, results_document(environment, cells))
         if target != args.results:

@@ -53,6 +53,7 @@ SUPPORT_COLOURS = {
     "partial": "#f6f0b0",
     "no": COLOURS["fail"],
     "unknown": "#ffffff",
+    "na": "#f2f2f2",  # the word n/a (a class cannot hold the slash)
     "harness": COLOURS["harness-error"],  # the word "harness error": classes take its first word
     # how bad a "no" is (conformance.observed.IMPACTS), worst first
     "corrupts": "#e06666",
@@ -75,6 +76,7 @@ LEGEND = {
     "skip": "cannot run in this environment, with the reason",
     "unsupported": "not supported by design, with the reason; never counted as a pass",
     "unknown": "(feature table) nothing of this run tests it: not tested, which is never a no",
+    "n/a": "(feature table, published) no supported cell of the full declaration has it: not a question",
 }
 
 SCRIPT = """
@@ -123,7 +125,10 @@ def _table(table: tables.Table, caption: str) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join(
         "<tr>"
-        + "".join(f'<td class="w-{html.escape(v.split()[0]) if v else "none"}">{_word(v)}</td>' for v in row)
+        + "".join(
+            f'<td class="w-{html.escape(v.split()[0].replace("/", "")) if v else "none"}">{_word(v)}</td>'
+            for v in row
+        )
         + "</tr>"
         for row in rows
     )
@@ -141,6 +146,25 @@ def repro_command(cell: CellResult) -> str:
         int(axes["world_size"]),
         str(axes.get("strategy", "")),
     )
+
+
+def _not_applicable(ruled: list[CellResult]) -> list[str]:
+    """Why the n/a entries are n/a (report.applicable): per feature and reason, how many rows."""
+    why: dict[tuple[str, str], int] = {}
+    for cell in ruled:
+        if cell.axes.get(tables.RULE_NA):
+            key = (str(cell.axes[tables.RULE_FEATURE]), cell.detail)
+            why[key] = why.get(key, 0) + 1
+    if not why:
+        return []
+    body = [[feature, reason, str(n)] for (feature, reason), n in sorted(why.items())]
+    return [
+        '<details id="not-applicable"><summary><h2>n/a: why</h2></summary>',
+        '<p class="why">The entries no supported cell of the full declaration has, by feature and '
+        "reason (the first rule a declared cell of the row meets, or none declared).</p>",
+        _table((["feature", "reason", "rows"], body), "feature x reason"),
+        "</details>",
+    ]
 
 
 def _grids(
@@ -172,6 +196,7 @@ def _grids(
             ),
             "</details>",
         ]
+    out += _not_applicable(ruled)
     out += [
         '<details id="features"><summary><h2>Features by strategy</h2></summary>',
         f'<p class="why">{html.escape(words)}.<br>{html.escape(meaning)}.</p>',

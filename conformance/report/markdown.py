@@ -25,6 +25,7 @@ from conformance.report.summary_md import (
 from conformance.report.tables import (
     NO_FEATURE_CELLS,
     NOTHING_RAN,
+    RULE_NA,
     SUPPORT_WORDS,
     config,
     feature_table,
@@ -168,7 +169,28 @@ def _features(
             f"Nothing ran for {len(idle)} strategies (unsupported, skipped or untested): {', '.join(idle)}.",
             "",
         ]
-    return lines
+    return lines + _left_unknown(rows, any(c.axes.get(RULE_NA) for c in ruled))
+
+
+def _left_unknown(rows: list[list[str]], answered_na: bool) -> list[str]:
+    """How many entries the profile left unknown, and what answers them."""
+    words = [w for r in rows for w in r[1:]]
+    unknown, na = words.count("unknown"), words.count("n/a")
+    if not answered_na:
+        return [
+            f"{unknown} entries are unknown: this run has no cell for them. A published table tells "
+            "those the full declaration supports (still unknown) from those it cannot have (n/a): "
+            "`python -m conformance render --na results.json`.",
+            "",
+        ]
+    return [
+        f"{unknown} entries are unknown: the full declaration has a supported cell for each, which "
+        "this profile did not run (`pytest cases --matrix full -k <row>` answers one; "
+        "`python -m conformance publish --matrix full`, every one). "
+        f"{na} are n/a: no supported cell of the full declaration has them (the reasons: matrix.html's "
+        '"n/a: why", and results.json\'s `environment.not_applicable`).',
+        "",
+    ]
 
 
 def harness_errors(cells: list[CellResult]) -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from conformance.outcome import CellResult, Outcome
-from conformance.report.tables import RULE_FEATURE, RULE_ROW, check_of, feature_cells
+from conformance.report.tables import RULE_FEATURE, RULE_NA, RULE_ROW, RULE_UNKNOWN, check_of, feature_cells
 
 
 def fold(cells: Iterable[CellResult]) -> tuple[list[CellResult], dict[str, Any]]:
@@ -70,7 +70,7 @@ def ruled_cells(environment: dict[str, Any]) -> list[CellResult]:
     for the feature tables only (tables.feature_cells reads them); the renderers pass them to
     those tables and nowhere else."""
     answers = (environment.get("unsupported") or {}).get("answers", [])
-    return [
+    ruled = [
         CellResult(
             f"rule:{row}:{feature}",
             {RULE_ROW: row, RULE_FEATURE: feature},
@@ -80,6 +80,30 @@ def ruled_cells(environment: dict[str, Any]) -> list[CellResult]:
         )
         for row, feature, reason in answers
     ]
+    # a published table's n/a answers (report.applicable): no supported cell of the full declaration
+    answered = environment.get("not_applicable") or {}
+    not_applicable = [
+        CellResult(
+            f"n/a:{row}:{feature}",
+            {RULE_ROW: row, RULE_FEATURE: feature, RULE_NA: True},
+            Outcome.UNSUPPORTED,
+            reason,
+            0.0,
+        )
+        for row, feature, reason in answered.get("answers", [])
+    ]
+    # a debt: the full declaration has a supported cell this profile did not run
+    unknown = [
+        CellResult(
+            f"unknown:{row}:{feature}",
+            {RULE_ROW: row, RULE_FEATURE: feature, RULE_UNKNOWN: True},
+            Outcome.UNSUPPORTED,
+            "the full declaration has a supported cell for it, which this profile did not run",
+            0.0,
+        )
+        for row, feature in answered.get("unknown", [])
+    ]
+    return ruled + not_applicable + unknown
 
 
 def rule_counts(environment: dict[str, Any], cells: list[CellResult]) -> Counter[tuple[str, str]]:

@@ -141,8 +141,10 @@ SUPPORT_WORDS = {
     "known <impact>": "every failure is one the baseline expects",
     "no": "no cell that ran passed (a run rendered without findings)",
     "unsupported": "the feature is not supported by design for this strategy",
+    "n/a": "no supported cell of the full declaration has the feature on this row (the same rules as "
+    "unsupported, or its check declares no such cell here): not a question, not a debt",
     "skip": "its cells cannot run in this environment (see the reasons)",
-    "unknown": "the run has no cell for it: not tested, which is not a no",
+    "unknown": "the run has no cell for it: not tested, which is not a no (the full declaration has a supported one)",
     "harness error": "the suite itself failed on a cell of it: no verdict on the strategy until it is fixed",
 }
 
@@ -159,7 +161,11 @@ def support(
         return "harness error"
     ran = [c for c in cells if c.outcome not in NOT_RUN]
     if not ran:
-        return "skip" if any(c.outcome is Outcome.SKIP for c in cells) else "unsupported"
+        if any(c.outcome is Outcome.SKIP for c in cells):
+            return "skip"
+        if any(c.axes.get(RULE_UNKNOWN) for c in cells):
+            return "unknown"  # a strategy of a summary row has a supported cell not run here
+        return "n/a" if all(c.axes.get(RULE_NA) for c in cells) else "unsupported"
     good = sum(map(passed, ran))
     if good == len(ran):
         return "yes"
@@ -186,6 +192,9 @@ NO_FEATURE_CELLS = (
 
 # The axes of a stand-in for an answer of folded unsupported cells (report.rules.ruled_cells).
 RULE_ROW, RULE_FEATURE = "rule_row", "rule_feature"
+# The stand-ins of a published table's answers from the full declaration (report.applicable): n/a
+# (no supported cell there), and a debt (unknown: a supported cell there that this run did not run).
+RULE_NA, RULE_UNKNOWN = "rule_na", "rule_unknown"
 
 
 def feature_cells(cells: list[CellResult]) -> dict[tuple[str, str], list[CellResult]]:
@@ -225,7 +234,7 @@ def summary_group(row: str, registered: set[str]) -> str:
     return f"{family} {parts[1]}" if len(parts) > 1 else family
 
 
-NOTHING_RAN = ("unsupported", "unknown", "skip")
+NOTHING_RAN = ("unsupported", "unknown", "skip", "n/a")
 
 
 def summary_table(

@@ -121,6 +121,7 @@ def publish(args: argparse.Namespace) -> int:
         if not (out / "results.json").exists():
             say(f"pytest exited {code} and wrote no results.json")
             return 1
+        _answer_unknowns(out)
         cells = _compare(previous, gzip_results(out))
     faults = sum(c.outcome is Outcome.HARNESS_ERROR for c in cells)
     say(f"published {out}: {outcome_summary(cells)}")
@@ -158,9 +159,24 @@ def _add(python: Path, out: Path, args: argparse.Namespace) -> int:
             say(f"--add: not published: the added cells had a harness-error ({outcome_summary(added)})")
             return 1
         write_reports(out, env, cells)
+        _answer_unknowns(out)
         cells = _compare(previous, gzip_results(out))
     say(f"published {out}: {outcome_summary(cells)} ({outcome_summary(added)} of them added now)")
     return 0
+
+
+def _answer_unknowns(out: Path) -> None:
+    """The published table's unknown entries answered from the full declaration (n/a, or still
+    unknown: report.applicable), stored in its results and rendered."""
+    from conformance.report.applicable import with_not_applicable
+    from conformance.report.write import write_reports
+
+    env, cells = read_results(results_file(out))
+    env = with_not_applicable(env, cells)
+    write_reports(out, env, cells)
+    say(
+        f"the unknown entries answered from the full declaration: {len(env['not_applicable']['answers'])} n/a"
+    )
 
 
 def _previous(out: Path, tmp: Path) -> Path:
