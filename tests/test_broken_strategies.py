@@ -370,8 +370,9 @@ def test_a_rank_slower_than_the_grace_that_ends_the_load_is_no_hang(pool: WorldP
     slow = broken.refuses_on_rank_zero_while_rank_one_is_slow
     result = run_case(pool, cell, backend="gloo", timeout_s=60, strategy_factory=slow)
     assert result.outcome is Outcome.PASS, result.detail
-    # it left the load, then its harness collective with rank 0, which had let go, failed
-    assert "rank 1 raised RuntimeError in the harness's own code" in result.detail, result.detail
+    # it left the load (then its harness collective with rank 0, which had let go, fails: when
+    # that reaches the world before it looks again depends on the machine's load)
+    assert "ranks [1] then ended the call: slow, not waiting on the others" in result.detail, result.detail
 
 
 def test_a_wait_whose_trace_is_lost_is_the_harness_s_fault(pool: WorldPool) -> None:

@@ -235,6 +235,10 @@ class World:
             if missing:
                 detail += self._release(replies, missing)
                 still = self._still_inside(waiting, replies, cell_dir)
+                inside = dict(still)  # rank -> the call it is in now ("": the harness's own code)
+                ended = [r for r, _ in waiting if not inside.get(r)]
+                if ended:  # the grace's "waiting in a collective?" was a guess: they were slow
+                    detail += f"\n--- ranks {ended} then ended the call: slow, not waiting on the others"
             if any(call == UNTRACED for _, call in (*waiting, *still)):
                 # whether a rank waits in the code under test or in the harness is not known,
                 # when the grace ended or after the release: neither a refusal nor a hang of the
