@@ -195,6 +195,15 @@ RESUME_META_SLICE = dataclasses.replace(
     models=("mlp_int_buffer", "mlp_nonpersistent"),
     constructions=meta_constructions,
 )
+# ci: the buffer no state dict holds, through FSDP2's sharded load (tests/broken_constructions.py)
+RESUME_META_CI_SLICE = dataclasses.replace(
+    RESUME_META_SLICE,
+    name="resume into a model built on the meta device (ci)",
+    wrappers=(("fsdp2", "shard"),),
+    apis=("dsd_sharded",),
+    storages=("dcp",),
+    models=("mlp_nonpersistent",),
+)
 RESUME_PP_FSDP_SLICE = dataclasses.replace(
     RESUME_LAYOUT_SLICE, name="resume in pipeline stages with FSDP", wrappers=PP_FSDP_WRAPPERS
 )
@@ -204,7 +213,7 @@ CHECK = Check(
     title="Resume: the resumed run continues bitwise as the run it was saved from",
     shape=CaseCells(
         {
-            "ci": ((RESUME_SLICE, (2,)), (RESUME_IDLE_SLICE, (2,))),
+            "ci": ((RESUME_SLICE, (2,)), (RESUME_IDLE_SLICE, (2,)), (RESUME_META_CI_SLICE, (2,))),
             "default": (
                 (RESUME_SLICE, (2,)),
                 (RESUME_OPTIMIZER_SLICE, (2,)),
