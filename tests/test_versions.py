@@ -209,6 +209,7 @@ def test_a_venv_gets_the_checkpoint_libraries_its_torch_takes_and_every_new_adap
         "verl==0.9.1",
         "tensordict==0.10.0",
         "pyvers==0.1.0",
+        "nemo-automodel==0.7.0",
     ]
     assert libraries_for("2.12.1") == [
         "torch_checkpointing==0.1.1",
@@ -267,6 +268,7 @@ def test_each_library_is_pinned_in_one_place() -> None:
             "verl==0.9.1",
             "tensordict==0.10.0",
             "pyvers==0.1.0",
+            "nemo-automodel==0.7.0",
         ],
         ["--no-cache-dir", "--no-build-isolation", "deepspeed==0.19.8"],
     ]

@@ -61,6 +61,12 @@ LIBRARY_PACKAGES: dict[str, Library] = {
     "importlib-metadata": Library("importlib_metadata", (2, 11)),
     "tensordict": Library("tensordict==0.10.0", (2, 11), no_deps=True),
     "pyvers": Library("pyvers==0.1.0", (2, 11), no_deps=True),
+    # NeMo Automodel without its own requirements: it pins transformers==5.18.0 (ours is 5.24.0) and
+    # megatron-fsdp==0.5.0, and pulls quack-kernels, nvidia-cutlass-dsl, cuda-python, triton, torchao,
+    # flashoptim, mistral-common, tiktoken, torchdata. Its checkpoint code imports torch,
+    # transformers, safetensors, huggingface_hub, fsspec and yaml, all of which transformers'
+    # requirements install. It requires torch>=2.8 (async save >=2.9); tried with torch 2.13 only
+    "nemo-automodel": Library("nemo-automodel==0.7.0", (2, 13), no_deps=True),
     # its CPU backend's shared-memory op prebuilt (conformance/adapters/deepspeed.py)
     "deepspeed": Library("deepspeed==0.19.8", (2, 13), build_env=(("DS_BUILD_SHM_COMM", "1"),)),
 }
