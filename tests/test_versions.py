@@ -132,9 +132,17 @@ def test_publish_writes_the_table_of_this_python_and_compares_with_the_one_befor
     assert first.returncode == 0, first.stdout + first.stderr
     out = tmp_path / f"torch-{torch.__version__.split('+')[0]}-cpu-gloo-ci"
     assert not (out / "results.json").exists()  # a published table keeps its results gzipped
-    cells = json.loads(gzip.decompress((out / "results.json.gz").read_bytes()))["cells"]
+    published = json.loads(gzip.decompress((out / "results.json.gz").read_bytes()))
+    cells = published["cells"]
     assert [(c["id"], c["outcome"]) for c in cells] == [("ddp-sd_full-torch_save-adamw-mlp-w2", "pass")]
     assert (out / "matrix.md").exists() and (out / "matrix.html").exists()
+    # the table's empty entries answered from the full declaration (report.applicable): the row's
+    # lifecycle is n/a (no check declares it for a built-in row), its 4-rank round trip a debt
+    answered = published["environment"]["not_applicable"]
+    row = "ddp-sd_full-torch_save"
+    assert [row, "keep latest"] in [a[:2] for a in answered["answers"]], answered
+    assert [row, "4 ranks"] in answered["unknown"], answered
+    assert "n/a" in (out / "matrix.md").read_text()
     assert "[publish] published" in first.stdout
     second = _publish(tmp_path)
     assert second.returncode == 0, second.stdout + second.stderr
