@@ -36,6 +36,13 @@ class Axis(Generic[V]):
         self._modules[value.name] = sys._getframe(1).f_globals.get("__name__", "")
         return value
 
+    def of(self, name: str) -> V:
+        """The value of that name, or the error for a name no value has."""
+        try:
+            return self.values[name]
+        except KeyError:
+            raise self.unknown(name) from None
+
     def unknown(self, name: str, also: str = "") -> ValueError:
         """The error for a name no value has."""
         return ValueError(

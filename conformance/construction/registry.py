@@ -16,10 +16,7 @@ plugin_modules = AXIS.plugin_modules
 
 
 def construction_of(name: str) -> Construction:
-    try:
-        return CONSTRUCTIONS[name]
-    except KeyError:
-        raise AXIS.unknown(name) from None
+    return AXIS.of(name)
 
 
 def is_default(name: str) -> bool:

@@ -16,10 +16,7 @@ plugin_modules = AXIS.plugin_modules
 
 
 def precision_of(name: str) -> Precision:
-    try:
-        return PRECISIONS[name]
-    except KeyError:
-        raise AXIS.unknown(name) from None
+    return AXIS.of(name)
 
 
 def mixed(name: str) -> bool:

@@ -52,7 +52,6 @@ def declared_answers(
     """Of the (row, feature) pairs wanted: those a supported cell of the full declaration has,
     and for the others that some declared cell has, the reason of the first unsupported one."""
     registry = registry or build_registry([])
-    rows = {row for row, _ in wanted}
     supported: set[tuple[str, str]] = set()
     reasons: dict[tuple[str, str], str] = {}
     for name, check in CHECKS.items():
@@ -62,7 +61,7 @@ def declared_answers(
                 if not feature.selects(axes):
                     continue
                 key = (row_for(feature, cell), feature.name)
-                if key[0] not in rows or key not in wanted or key in supported:
+                if key not in wanted or key in supported:
                     continue
                 why = unsupported_by_design(cell, owner)
                 if why is None:
@@ -87,16 +86,6 @@ def not_applicable(unknown: Iterable[tuple[str, str]], registry: Registry | None
     return {"declaration": DECLARATION, "answers": answers, "unknown": unknown_left}
 
 
-def unknown_answers(
-    cells: list[CellResult], rows: Iterable[str], columns: Iterable[str]
-) -> set[tuple[str, str]]:
-    """The (row, feature) pairs of the feature table no cell (or stand-in) answers."""
-    from conformance.report.tables import feature_cells
-
-    answered = set(feature_cells(cells))
-    return {(row, feature) for row in rows for feature in columns if (row, feature) not in answered}
-
-
 def with_not_applicable(
     environment: dict[str, Any], cells: list[CellResult], registry: Registry | None = None
 ) -> dict[str, Any]:
@@ -106,7 +95,7 @@ def with_not_applicable(
     from conformance.report.tables import feature_cells, features
 
     base = {k: v for k, v in environment.items() if k != "not_applicable"}
-    answered = feature_cells(cells + ruled_cells(base))
+    answered = set(feature_cells(cells + ruled_cells(base)))
     rows = {row for row, _ in answered}
-    unknown = unknown_answers(cells + ruled_cells(base), rows, [f.name for _, f in features()])
+    unknown = {(row, f.name) for row in rows for _, f in features() if (row, f.name) not in answered}
     return {**base, "not_applicable": not_applicable(unknown, registry)}

@@ -68,42 +68,30 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 def ruled_cells(environment: dict[str, Any]) -> list[CellResult]:
     """Stand-ins for the feature-table answers the folded cells gave: one per (row, feature),
     for the feature tables only (tables.feature_cells reads them); the renderers pass them to
-    those tables and nowhere else."""
-    answers = (environment.get("unsupported") or {}).get("answers", [])
-    ruled = [
-        CellResult(
-            f"rule:{row}:{feature}",
-            {RULE_ROW: row, RULE_FEATURE: feature},
-            Outcome.UNSUPPORTED,
-            reason,
-            0.0,
-        )
-        for row, feature, reason in answers
-    ]
-    # a published table's n/a answers (report.applicable): no supported cell of the full declaration
+    those tables and nowhere else. A published table's answers from the full declaration
+    (report.applicable) stand in the same way: n/a, and a debt (unknown)."""
+    folded = (environment.get("unsupported") or {}).get("answers", [])
     answered = environment.get("not_applicable") or {}
-    not_applicable = [
-        CellResult(
-            f"n/a:{row}:{feature}",
-            {RULE_ROW: row, RULE_FEATURE: feature, RULE_NA: True},
-            Outcome.UNSUPPORTED,
-            reason,
-            0.0,
-        )
-        for row, feature, reason in answered.get("answers", [])
+    debt = "the full declaration has a supported cell for it, which this profile did not run"
+    return [
+        *(_stand_in("rule", row, feature, reason) for row, feature, reason in folded),
+        *(
+            _stand_in("n/a", row, feature, reason, RULE_NA)
+            for row, feature, reason in answered.get("answers", [])
+        ),
+        *(
+            _stand_in("unknown", row, feature, debt, RULE_UNKNOWN)
+            for row, feature in answered.get("unknown", [])
+        ),
     ]
-    # a debt: the full declaration has a supported cell this profile did not run
-    unknown = [
-        CellResult(
-            f"unknown:{row}:{feature}",
-            {RULE_ROW: row, RULE_FEATURE: feature, RULE_UNKNOWN: True},
-            Outcome.UNSUPPORTED,
-            "the full declaration has a supported cell for it, which this profile did not run",
-            0.0,
-        )
-        for row, feature in answered.get("unknown", [])
-    ]
-    return ruled + not_applicable + unknown
+
+
+def _stand_in(kind: str, row: str, feature: str, reason: str, marker: str = "") -> CellResult:
+    """A feature-table answer without a cell: `kind` leads its id, `marker` (an axis) says what it is."""
+    axes: dict[str, Any] = {RULE_ROW: row, RULE_FEATURE: feature}
+    if marker:
+        axes[marker] = True
+    return CellResult(f"{kind}:{row}:{feature}", axes, Outcome.UNSUPPORTED, reason, 0.0)
 
 
 def rule_counts(environment: dict[str, Any], cells: list[CellResult]) -> Counter[tuple[str, str]]:

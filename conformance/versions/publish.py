@@ -23,6 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from conformance.outcome import CellResult, Outcome
 from conformance.report.results import gzip_results, read_results, results_file
@@ -158,8 +159,7 @@ def _add(python: Path, out: Path, args: argparse.Namespace) -> int:
         if any(c.outcome is Outcome.HARNESS_ERROR for c in added):
             say(f"--add: not published: the added cells had a harness-error ({outcome_summary(added)})")
             return 1
-        write_reports(out, env, cells)
-        _answer_unknowns(out)
+        write_reports(out, _answered(env, cells), cells)
         cells = _compare(previous, gzip_results(out))
     say(f"published {out}: {outcome_summary(cells)} ({outcome_summary(added)} of them added now)")
     return 0
@@ -167,16 +167,22 @@ def _add(python: Path, out: Path, args: argparse.Namespace) -> int:
 
 def _answer_unknowns(out: Path) -> None:
     """The published table's unknown entries answered from the full declaration (n/a, or still
-    unknown: report.applicable), stored in its results and rendered."""
-    from conformance.report.applicable import with_not_applicable
+    unknown: report.applicable), stored in its results and rendered (the run wrote them without)."""
     from conformance.report.write import write_reports
 
     env, cells = read_results(results_file(out))
+    write_reports(out, _answered(env, cells), cells)
+
+
+def _answered(env: dict[str, Any], cells: list[CellResult]) -> dict[str, Any]:
+    """The run's metadata with its unknown entries answered from the full declaration."""
+    from conformance.report.applicable import with_not_applicable
+
     env = with_not_applicable(env, cells)
-    write_reports(out, env, cells)
     say(
         f"the unknown entries answered from the full declaration: {len(env['not_applicable']['answers'])} n/a"
     )
+    return env
 
 
 def _previous(out: Path, tmp: Path) -> Path:
