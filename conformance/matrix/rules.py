@@ -29,8 +29,8 @@ class Rule:
     when: dict[str, Any]
     reason: str
 
-    def matches(self, case: Case | Transfer) -> bool:
-        axes = case.axes()
+    def matches(self, axes: dict[str, Any]) -> bool:
+        """Whether a cell with these axes (Case.axes, Transfer.axes) matches."""
         return all(_holds(v, axes[k]) for k, v in self.when.items())
 
 
@@ -149,7 +149,8 @@ def _own_rules(case: Case, refusals: Any) -> tuple[Rule, ...]:
 
 def first_reason(rules: tuple[Rule, ...], cell: Case | Transfer) -> str | None:
     """The reason of the first rule the cell matches, or None."""
-    return next((rule.reason for rule in rules if rule.matches(cell)), None)
+    axes = cell.axes()  # once per cell: a cell meets every rule of the matrix
+    return next((rule.reason for rule in rules if rule.matches(axes)), None)
 
 
 def unsupported_reason(case: Case) -> str | None:
