@@ -133,17 +133,19 @@ class CaseCells:
         )
 
 
-# A registered strategy reshards between every pair of the world sizes the matrix has.
+# A registered strategy reshards between every pair of the world sizes the matrix has, unless a
+# profile names its own pairs (ReshardCells.strategy_pairs).
 EVERY_PAIR: tuple[tuple[int, int], ...] = tuple((n, m) for n in (1, 2, 4) for m in (1, 2, 4) if n != m)
 
 
 @dataclass(frozen=True)
 class ReshardCells:
     """Saved in a world of N ranks, loaded in a separate world of M: profile -> slices and pairs.
-    A registered strategy gets `strategy_pairs` in every profile."""
+    A registered strategy gets the pairs `strategy_pairs` names for the profile, EVERY_PAIR in a
+    profile it does not name."""
 
     parts: Mapping[str, PairParts]
-    strategy_pairs: tuple[tuple[int, int], ...] = EVERY_PAIR
+    strategy_pairs: Mapping[str, tuple[tuple[int, int], ...]] = dataclasses.field(default_factory=dict)
 
     def _pairs(self, profile: str) -> set[tuple[Case, int]]:
         return {
@@ -171,7 +173,7 @@ class ReshardCells:
         for case in configurations:
             for kind in STRATEGY_KINDS:
                 ours = mine(strategy, case, kind)
-                for n, m in self.strategy_pairs:
+                for n, m in self.strategy_pairs.get(profile, EVERY_PAIR):
                     save = dataclasses.replace(ours, world_size=n)
                     out.add(Transfer(check, save, dataclasses.replace(save, world_size=m)))
         return _sorted(out)
