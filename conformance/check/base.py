@@ -144,11 +144,13 @@ class ReshardCells:
 
     parts: Mapping[str, PairParts]
     strategy_pairs: tuple[tuple[int, int], ...] = EVERY_PAIR
+    # slices of the built-in cells only: a model no registered strategy declares
+    builtin_parts: Mapping[str, PairParts] = dataclasses.field(default_factory=dict)
 
-    def _pairs(self, profile: str) -> set[tuple[Case, int]]:
+    def _pairs(self, profile: str, parts: Mapping[str, PairParts] | None = None) -> set[tuple[Case, int]]:
         return {
             (dataclasses.replace(case, world_size=n), m)
-            for slice_, pairs in self.parts.get(profile, ())
+            for slice_, pairs in (self.parts if parts is None else parts).get(profile, ())
             for case in slice_.cases((1,))
             for n, m in pairs
         }
@@ -157,7 +159,7 @@ class ReshardCells:
         return _sorted(
             {
                 Transfer(check, save, dataclasses.replace(save, world_size=m))
-                for save, m in self._pairs(profile)
+                for save, m in self._pairs(profile) | self._pairs(profile, self.builtin_parts)
             }
         )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from conformance.check import transfer
 from conformance.check.base import Check, Feature, ReshardCells
+from conformance.check.fused_cells import RESHARD_FUSED_SLICE
 from conformance.check.slices import MAIN_APIS, MAIN_WRAPPERS, Slice
 from conformance.precision.registry import other_precisions
 
@@ -28,7 +29,10 @@ CHECK = Check(
             "ci": ((RESHARD_SLICE, ((1, 2), (2, 1))),),
             "default": ((RESHARD_SLICE, RESHARD_PAIRS), (RESHARD_PRECISION_SLICE, ((2, 4),))),
             "full": ((RESHARD_SLICE, RESHARD_PAIRS), (RESHARD_PRECISION_SLICE, ((2, 4), (4, 2)))),
-        }
+        },
+        builtin_parts={
+            profile: ((RESHARD_FUSED_SLICE, ((2, 4), (4, 2))),) for profile in ("default", "full")
+        },
     ),
     execute=transfer.execute,
     features=(Feature("reshard", "loads in another world size (or refuses)"),),
