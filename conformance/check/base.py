@@ -144,8 +144,9 @@ class ReshardCells:
 
     parts: Mapping[str, PairParts]
     strategy_pairs: tuple[tuple[int, int], ...] = EVERY_PAIR
-    # slices of the built-in cells only: a model no registered strategy declares
-    builtin_parts: Mapping[str, PairParts] = dataclasses.field(default_factory=dict)
+    # slices whose cells a registered strategy gets only where it declares their model (a model
+    # few declare: the others' rows would be all unsupported)
+    declared_parts: Mapping[str, PairParts] = dataclasses.field(default_factory=dict)
 
     def _pairs(self, profile: str, parts: Mapping[str, PairParts] | None = None) -> set[tuple[Case, int]]:
         return {
@@ -159,14 +160,18 @@ class ReshardCells:
         return _sorted(
             {
                 Transfer(check, save, dataclasses.replace(save, world_size=m))
-                for save, m in self._pairs(profile) | self._pairs(profile, self.builtin_parts)
+                for save, m in self._pairs(profile) | self._pairs(profile, self.declared_parts)
             }
         )
 
     def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Transfer]:
+        models = strategy.supports.models
+        declared = {
+            (s, m) for s, m in self._pairs(profile, self.declared_parts) if models and s.model in models
+        }
         configurations = {
             own
-            for save, _ in self._pairs(profile)
+            for save, _ in self._pairs(profile) | declared
             for own in own_layouts(strategy, dataclasses.replace(save, world_size=1))
         }
         out: set[Transfer] = set()

@@ -23,6 +23,6 @@ RESHARD_FUSED_SLICE = Slice(
     "resharding, fused projections",
     MAIN_WRAPPERS,
     MAIN_APIS,
-    storages=("dcp",),
+    storages=("dcp", "torch_save"),
     models=(FUSED_MODEL,),
 )

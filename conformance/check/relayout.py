@@ -100,7 +100,7 @@ class LayoutCells:
     takes those whose two layouts (and model, world sizes) it declares."""
 
     pairs: Mapping[str, tuple[tuple[Layout, Layout], ...]]
-    # profile -> pairs on the model with fused projections (built-in cells only: no adapter declares it)
+    # profile -> pairs on the model with fused projections (a registered strategy's where it declares it)
     fused_pairs: Mapping[str, tuple[tuple[Layout, Layout], ...]] = field(default_factory=dict)
 
     def cells(self, check: str, profile: str) -> list[Transfer]:
@@ -111,9 +111,12 @@ class LayoutCells:
 
     def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Transfer]:
         api, storage = FORMATS[0]  # the built-in side's, replaced by the strategy's own (mine)
+        models = strategy.supports.models or ()
+        pairs = [(save, load, _model(save)) for save, load in self.pairs.get(profile, ())]
+        if FUSED_MODEL in models:
+            pairs += [(save, load, FUSED_MODEL) for save, load in self.fused_pairs.get(profile, ())]
         out = set()
-        for save, load in self.pairs.get(profile, ()):
-            model = _model(save)
+        for save, load, model in pairs:
             base = (_case(save, api, storage, model), _case(load, api, storage, model))
             for kind in STRATEGY_KINDS:
                 out.add(Transfer(check, mine(strategy, base[0], kind), mine(strategy, base[1], kind)))

@@ -30,7 +30,7 @@ CHECK = Check(
             "default": ((RESHARD_SLICE, RESHARD_PAIRS), (RESHARD_PRECISION_SLICE, ((2, 4),))),
             "full": ((RESHARD_SLICE, RESHARD_PAIRS), (RESHARD_PRECISION_SLICE, ((2, 4), (4, 2)))),
         },
-        builtin_parts={
+        declared_parts={
             profile: ((RESHARD_FUSED_SLICE, ((2, 4), (4, 2))),) for profile in ("default", "full")
         },
     ),
