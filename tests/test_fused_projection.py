@@ -71,3 +71,18 @@ def test_a_wrong_fusion_on_load_is_caught_naming_the_fused_weight(
         assert f"param/layers.0.{name}" in result.detail, result.detail
     for name in spared:
         assert name not in result.detail, result.detail
+
+
+def test_hygiene_names_a_checkpoint_that_holds_the_live_fused_keys() -> None:
+    """A checkpoint saved without the split hook holds wqkv and w13: the model's load pre-hook
+    still takes them (as torchtitan's does, for back-compat), so strict=True says nothing; the
+    hygiene check names the keys the model's own state dict does not have."""
+    from conformance.check.hygiene import hygiene_problems
+
+    torch.manual_seed(0)
+    fused = FusedLlama()
+    live = {name: p.detach().clone() for name, p in fused.named_parameters()}  # no buffers to add
+    expected = {f"param/{name}": value for name, value in live.items()}
+    assert hygiene_problems(fused.state_dict(), FusedLlama(), expected) == []
+    problems = hygiene_problems(live, FusedLlama(), expected)
+    assert len(problems) == 1 and "layers.0.attention.wqkv.weight" in problems[0], problems
