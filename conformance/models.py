@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from conformance.fused_lm import FusedLlama
 from conformance.generated import MODEL_PREFIX, generated_model
 from conformance.lm import ReshapedLlama, TinyLlama
 from conformance.moe_dtensor import DTensorExpertsMoE
@@ -289,6 +290,7 @@ MODELS: dict[str, type[nn.Module]] = {
     "mlp_int_buffer": IntegerCounter,
     "llama": TinyLlama,
     "llama_reshaped": ReshapedLlama,
+    "llama_fused": FusedLlama,
     "moe_dtensor": DTensorExpertsMoE,
 }
 

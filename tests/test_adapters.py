@@ -64,11 +64,14 @@ def test_adapters_give_real_outcomes(tmp_path) -> None:  # type: ignore[no-untyp
     assert frameworks["lightning"] and frameworks["accelerate"]  # their versions, in the run metadata
 
 
-def test_the_adapters_declare_every_fixed_model_but_named_experts() -> None:
+def test_the_adapters_declare_every_fixed_model_but_named_experts_and_fused_projections() -> None:
     from conformance.adapters import ADAPTER_MODELS
+    from conformance.adapters.torchtitan import SUPPORTS
+    from conformance.check.fused_cells import FUSED_MODEL
     from conformance.models import MODELS
 
-    assert set(ADAPTER_MODELS) == set(MODELS) - {"moe_named"}
+    assert set(ADAPTER_MODELS) == set(MODELS) - {"moe_named", FUSED_MODEL}
+    assert FUSED_MODEL in (SUPPORTS.models or ())  # torchtitan's own pattern: its checkpointer declares it
 
 
 def test_accelerate_s_cells_on_a_gpu_skip_with_the_adapter_s_own_fault() -> None:

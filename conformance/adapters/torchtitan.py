@@ -45,6 +45,7 @@ from torch import nn
 
 from conformance.adapters import ADAPTER_MODELS, saved_model_state, tied_names
 from conformance.case import Case
+from conformance.check.fused_cells import FUSED_MODEL
 from conformance.layout.registry import layout_of
 from conformance.models import build_model
 from conformance.strategy.lifecycle import Policy
@@ -326,7 +327,10 @@ SUPPORTS = Supports(
     kinds=("sharded",),
     checks=("corrupt", "lifecycle", "resume", "roundtrip", "reshard", "relayout"),
     optimizers=("adam", "adamw", "adamw+groups", "adamw+sched"),
-    models=ADAPTER_MODELS,
+    # and the llama with fused projections checkpointed as split keys by its own state-dict hooks,
+    # torchtitan's FusedSwiGLU / FusedQKVLinear pattern, which its ModelWrapper (module.state_dict)
+    # is written for
+    models=(*ADAPTER_MODELS, FUSED_MODEL),
     variants=(("lifecycle", SYNCHRONOUS_LIFECYCLE),),
 )
 ASYNC_SUPPORTS = dataclasses.replace(SUPPORTS, variants=(("lifecycle", (*SYNCHRONOUS_LIFECYCLE, "killed")),))

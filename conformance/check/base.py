@@ -146,11 +146,14 @@ class ReshardCells:
 
     parts: Mapping[str, PairParts]
     strategy_pairs: Mapping[str, tuple[tuple[int, int], ...]] = dataclasses.field(default_factory=dict)
+    # slices whose cells a registered strategy gets only where it declares their model (a model
+    # few declare: the others' rows would be all unsupported)
+    declared_parts: Mapping[str, PairParts] = dataclasses.field(default_factory=dict)
 
-    def _pairs(self, profile: str) -> set[tuple[Case, int]]:
+    def _pairs(self, profile: str, parts: Mapping[str, PairParts] | None = None) -> set[tuple[Case, int]]:
         return {
             (dataclasses.replace(case, world_size=n), m)
-            for slice_, pairs in self.parts.get(profile, ())
+            for slice_, pairs in (self.parts if parts is None else parts).get(profile, ())
             for case in slice_.cases((1,))
             for n, m in pairs
         }
@@ -159,14 +162,18 @@ class ReshardCells:
         return _sorted(
             {
                 Transfer(check, save, dataclasses.replace(save, world_size=m))
-                for save, m in self._pairs(profile)
+                for save, m in self._pairs(profile) | self._pairs(profile, self.declared_parts)
             }
         )
 
     def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Transfer]:
+        models = strategy.supports.models
+        declared = {
+            (s, m) for s, m in self._pairs(profile, self.declared_parts) if models and s.model in models
+        }
         configurations = {
             own
-            for save, _ in self._pairs(profile)
+            for save, _ in self._pairs(profile) | declared
             for own in own_layouts(strategy, dataclasses.replace(save, world_size=1))
         }
         out: set[Transfer] = set()

@@ -99,6 +99,11 @@ def hygiene_problems(
     except (RuntimeError, KeyError, TypeError) as exc:
         problems.append("strict load into the plain model: " + " ".join(str(exc).split())[:400])
         return problems
+    # a load pre-hook may take keys the model's own state dict never shows (a fused weight's live
+    # name beside the split keys its state-dict hook saves): strict=True says nothing then
+    unlike = sorted(set(state) ^ own.keys())
+    if unlike:
+        problems.append(f"keys unlike the plain model's own state dict (a load hook took them): {unlike[:4]}")
     got = {f"param/{name}": p.detach().clone() for name, p in plain.named_parameters()}
     got.update(
         (f"buffer/{name}", b.detach().clone()) for name, b in plain.named_buffers() if name in own

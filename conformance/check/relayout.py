@@ -13,11 +13,12 @@ optimizer state flattened by parameter name, as torchtitan saves its stages).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from conformance.case import Case, Transfer
 from conformance.check import transfer
 from conformance.check.base import Check, Feature, mine
+from conformance.check.fused_cells import FUSED_MODEL
 from conformance.strategy.registry import STRATEGY_KINDS, RegisteredStrategy
 
 # A layout: (wrapper, sharding, mesh, world size).
@@ -49,6 +50,13 @@ EP_PAIRS: tuple[tuple[Layout, Layout], ...] = (
 )
 FORMATS: tuple[tuple[str, str], ...] = (("dsd_sharded", "dcp"), ("dsd_full", "torch_save"))
 STAGE_FORMATS: tuple[tuple[str, str], ...] = (("dsd_sharded_flat", "dcp"), ("dsd_sharded", "dcp"))
+# The model with fused projections (conformance.fused_lm): 2-D into FSDP alone, TP degree 2 into
+# 4, FSDP alone into a 2-D mesh of 2 ranks.
+FUSED_PAIRS: tuple[tuple[Layout, Layout], ...] = (
+    (TWO_D, ("fsdp2", "shard", "", 4)),
+    (("tp", "tp", "", 2), ("tp", "tp", "", 4)),
+    (("fsdp2", "shard", "", 2), ("fsdp2", "tp", "1x2", 2)),
+)
 CI_PAIRS: tuple[tuple[Layout, Layout], ...] = (
     (("fsdp2", "tp", "1x2", 2), ("fsdp2", "shard", "", 2)),
     (("fsdp2", "shard", "", 2), ("fsdp2", "tp", "1x2", 2)),
@@ -71,10 +79,15 @@ def _stage_pair(pair: tuple[Layout, Layout]) -> bool:
 
 
 def pairs_cells(
-    pairs: tuple[tuple[Layout, Layout], ...], formats: tuple[tuple[str, str], ...]
+    pairs: tuple[tuple[Layout, Layout], ...], formats: tuple[tuple[str, str], ...], model: str = ""
 ) -> set[Transfer]:
+    """The cells of the pairs in each format, on `model` ("": the pair's own, _model)."""
     return {
-        Transfer("relayout", _case(save, api, storage, _model(save)), _case(load, api, storage, _model(save)))
+        Transfer(
+            "relayout",
+            _case(save, api, storage, model or _model(save)),
+            _case(load, api, storage, model or _model(save)),
+        )
         for save, load in pairs
         for api, storage in (STAGE_FORMATS if _stage_pair((save, load)) else formats)
     }
@@ -87,16 +100,23 @@ class LayoutCells:
     takes those whose two layouts (and model, world sizes) it declares."""
 
     pairs: Mapping[str, tuple[tuple[Layout, Layout], ...]]
+    # profile -> pairs on the model with fused projections (a registered strategy's where it declares it)
+    fused_pairs: Mapping[str, tuple[tuple[Layout, Layout], ...]] = field(default_factory=dict)
 
     def cells(self, check: str, profile: str) -> list[Transfer]:
         formats = FORMATS if profile != "ci" else FORMATS[:1]
-        return sorted(pairs_cells(self.pairs.get(profile, ()), formats), key=lambda c: c.id)
+        cells = pairs_cells(self.pairs.get(profile, ()), formats)
+        cells |= pairs_cells(self.fused_pairs.get(profile, ()), formats, FUSED_MODEL)
+        return sorted(cells, key=lambda c: c.id)
 
     def strategy_cells(self, check: str, profile: str, strategy: RegisteredStrategy) -> list[Transfer]:
         api, storage = FORMATS[0]  # the built-in side's, replaced by the strategy's own (mine)
+        models = strategy.supports.models or ()
+        pairs = [(save, load, _model(save)) for save, load in self.pairs.get(profile, ())]
+        if FUSED_MODEL in models:
+            pairs += [(save, load, FUSED_MODEL) for save, load in self.fused_pairs.get(profile, ())]
         out = set()
-        for save, load in self.pairs.get(profile, ()):
-            model = _model(save)
+        for save, load, model in pairs:
             base = (_case(save, api, storage, model), _case(load, api, storage, model))
             for kind in STRATEGY_KINDS:
                 out.add(Transfer(check, mine(strategy, base[0], kind), mine(strategy, base[1], kind)))
@@ -111,7 +131,8 @@ CHECK = Check(
             "ci": CI_PAIRS,
             "default": TP_PAIRS + STAGE_PAIRS + EP_PAIRS,
             "full": TP_PAIRS + STAGE_PAIRS + EP_PAIRS,
-        }
+        },
+        fused_pairs={"default": FUSED_PAIRS, "full": FUSED_PAIRS},
     ),
     execute=transfer.execute,
     features=(Feature("relayout", "loads in another parallel layout"),),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from conformance.check import transfer
 from conformance.check.base import Check, Feature, ReshardCells
+from conformance.check.fused_cells import RESHARD_FUSED_SLICE
 from conformance.check.slices import MAIN_APIS, MAIN_WRAPPERS, Slice
 from conformance.precision.registry import other_precisions
 
@@ -32,6 +33,9 @@ CHECK = Check(
         # a registered strategy in the gate: into twice the ranks and back, as the built-in rows
         # (its 4-rank worlds cost most of a library row's gate time; default and full keep every pair)
         strategy_pairs={"ci": ((1, 2), (2, 1))},
+        declared_parts={
+            profile: ((RESHARD_FUSED_SLICE, ((2, 4), (4, 2))),) for profile in ("default", "full")
+        },
     ),
     execute=transfer.execute,
     features=(Feature("reshard", "loads in another world size (or refuses)"),),

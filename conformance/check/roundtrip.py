@@ -26,6 +26,7 @@ from torch import nn
 from conformance.case import DEFAULT_CONSTRUCTION, Case
 from conformance.check.base import CaseCells, Check, StrategyFactory, Under
 from conformance.check.compare import compare_states, first_of_each_kind
+from conformance.check.fused_cells import FUSED_SLICE
 from conformance.check.phases import STATUS_OUTCOMES, Phases, observed_of
 from conformance.check.roundtrip_cells import (
     DEFAULT_MODEL_SLICE,
@@ -301,6 +302,7 @@ CHECK = Check(
                 (EP_SLICE, (2, 4)),
                 (PP_FSDP_SLICE, (4,)),  # 2 stages, each FSDP over 2 ranks
                 (META_SLICE, (2,)),
+                (FUSED_SLICE, (2,)),
             ),
             "full": (
                 *(
@@ -325,6 +327,7 @@ CHECK = Check(
                 (TP_PROPERTY_SLICE, (2, 4)),
                 (PP_FSDP_SLICE, (2, 4)),
                 (META_SLICE, (1, 2, 4)),
+                (FUSED_SLICE, (2, 4)),
             ),
         }
     ),

@@ -298,6 +298,11 @@ _FEATURES: tuple[Feature, ...] = (
         "a learnable 0-dim parameter and an int64 buffer in one model",
         lambda a: carries(a["model"]) == {"scalar parameter", "int buffer"},
     ),
+    Feature(
+        "fused proj.",
+        "fused q/k/v and gate/up weights that the model's state-dict hooks checkpoint as split keys",
+        lambda a: "fused projection" in carries(a["model"]),
+    ),
 )
 
 FEATURES: tuple[Feature, ...] = (
