@@ -19,6 +19,7 @@ from conformance.report.summary_md import (
     checks_section,
     findings_section,
     known_section,
+    link_targets,
     pipe_table,
     table_word,
 )
@@ -297,4 +298,5 @@ def render_markdown(
         for (outcome, reason), ids in sorted(reasons.items()):
             lines.append(f"- {outcome} ({len(ids)} cells): {reason}")
         lines.append("")
-    return "\n".join(lines)
+    targets = link_targets("\n".join(lines))
+    return "\n".join([*lines, *targets, ""] if targets else lines)

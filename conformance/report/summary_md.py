@@ -20,19 +20,21 @@ SHOWN = 3  # cell ids shown per finding; the rest are in FINDINGS.md and results
 
 
 def table_word(word: str) -> str:
-    """A table word as Markdown: an impact's finding ("drifts [id]") one click away, silent
-    data loss in bold, a failing outcome in capitals."""
+    """A table word as Markdown: an impact's finding ("drifts [id]") one click away (a reference
+    link, its target defined once at the end of the page: link_targets), silent data loss in
+    bold, a failing outcome in capitals."""
     match = _FINDING.search(word)
     if match:
         text = word[: match.start()].rstrip()
         shown = f"**{text}**" if any(text.startswith(s) or f", {s}" in text for s in SEVERE) else text
-        return f"[{shown}](FINDINGS.md#{match.group(1)})"
+        return f"[{shown}][{match.group(1)}]"
     if word in BOLD or any(word.startswith(s) or f", {s}" in word for s in SEVERE):
         return f"**{word.upper() if word in BOLD else word}**"
     return word
 
 
 _FINDING = re.compile(r"\[([a-z0-9-]+)\]$")
+_REFERENCE = re.compile(r"\]\[([a-z0-9-]+)\]")
 BOLD = {o.value for o in FAILING} | {"no"}
 
 
@@ -43,6 +45,13 @@ def pipe_table(table: Table) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(table_word(v) for v in row) + " |" for row in rows]
     return "\n".join(out)
+
+
+def link_targets(text: str) -> list[str]:
+    """The target of each finding a page's words link to (table_word's reference links), once
+    each: a feature table of 800 rows names a few dozen findings 2000 times."""
+    linked = sorted(set(_REFERENCE.findall(text)))
+    return [f"[{fid}]: FINDINGS.md#{fid}" for fid in linked]
 
 
 def findings_section(
