@@ -64,6 +64,7 @@ from conformance.layout.builtin import builtin_strategy
 from conformance.layout.registry import layout_of
 from conformance.models import build_model
 from conformance.observed import from_detail
+from conformance.optim.several import optimizers_of
 from conformance.outcome import Outcome
 from conformance.precision.registry import precision_of
 from conformance.strategy.owned import owned_state
@@ -144,9 +145,14 @@ def fresh_state(
     model = construction.build(
         make, lambda m: strategy.wrap(m, ctx), ctx.device, layout_of(case).materialize, seed=seed
     )
-    optim, scheduler = build_optimizer(case.optimizer, model)
+    optim, scheduler = build_optimizer(case.optimizer, model, case.model)
     scaler = precision.scaler(ctx.device, replicated=layout_of(case).replicated)
-    return owned_state(strategy, TrainState(model, optim, scheduler, scaler=scaler), ctx)
+    held = optimizers_of(optim)  # several torch optimizers: each holds its own state
+    return owned_state(
+        strategy,
+        TrainState(model, optim, scheduler, holders=held if len(held) > 1 else (), scaler=scaler),
+        ctx,
+    )
 
 
 def preload_hook(strategy: Strategy, path: Path, ctx: RankContext) -> Callable[[Any], None] | None:
