@@ -64,7 +64,7 @@ from conformance.layout.builtin import builtin_strategy
 from conformance.layout.registry import layout_of
 from conformance.models import build_model
 from conformance.observed import from_detail
-from conformance.optim.several import optimizers_of
+from conformance.optim.several import holders_of
 from conformance.outcome import Outcome
 from conformance.precision.registry import precision_of
 from conformance.strategy.owned import owned_state
@@ -147,12 +147,8 @@ def fresh_state(
     )
     optim, scheduler = build_optimizer(case.optimizer, model, case.model)
     scaler = precision.scaler(ctx.device, replicated=layout_of(case).replicated)
-    held = optimizers_of(optim)  # several torch optimizers: each holds its own state
-    return owned_state(
-        strategy,
-        TrainState(model, optim, scheduler, holders=held if len(held) > 1 else (), scaler=scaler),
-        ctx,
-    )
+    state = TrainState(model, optim, scheduler, holders=holders_of(optim), scaler=scaler)
+    return owned_state(strategy, state, ctx)
 
 
 def preload_hook(strategy: Strategy, path: Path, ctx: RankContext) -> Callable[[Any], None] | None:

@@ -53,6 +53,12 @@ def optimizers_of(optim: Any) -> tuple[torch.optim.Optimizer, ...]:
     return tuple(optim) if isinstance(optim, OptimizerList) else (optim,)
 
 
+def holders_of(optim: Any) -> tuple[torch.optim.Optimizer, ...]:
+    """TrainState.holders for an optimizer object: an OptimizerList's optimizers, each holding its
+    own state; none for one torch optimizer (it holds its state itself)."""
+    return tuple(optim) if isinstance(optim, OptimizerList) else ()
+
+
 def scheduler_over(make: Callable[[torch.optim.Optimizer], Any], optim: Any) -> Any:
     """The scheduler `make` builds over an optimizer, or a SchedulerList of one per optimizer."""
     if isinstance(optim, OptimizerList):
