@@ -18,12 +18,12 @@ import torch
 
 from conformance.case import Case
 from conformance.layout.builtin import builtin_strategy
-from conformance.matrix.rules import ONE_OPTIMIZER_API, ONE_OPTIMIZER_STRATEGY, unsupported_by_design
+from conformance.matrix.rules import ONE_OPTIMIZER_API, unsupported_by_design
 from conformance.optim import muon
 from conformance.optim.registry import OPTIMIZERS
 from conformance.outcome import Outcome
 from conformance.runner import run_case
-from conformance.strategy.registry import RegisteredStrategy, Supports
+from conformance.strategy.registry import ONE_OPTIMIZER_STRATEGY, RegisteredStrategy, Supports
 from conformance.training import weight_matrices
 from conformance.world import WorldPool
 from tests import broken_muon

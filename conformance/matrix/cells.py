@@ -75,8 +75,19 @@ def _choose(
         kept = [c for c in run if covering.keep is not None and covering.keep(c)]
         return feature_presets(check, run, costs) + witnesses(run + supported) + kept
 
-    # the cells of values covered after the others (Optimizer.covered_late): the others' covering
-    # is chosen as if they did not exist, and stays; theirs then join it for what it lacks
+    return cover_late_last(run, supported, presets_of, costs, strength)
+
+
+def cover_late_last(
+    run: list[Case],
+    supported: list[Case],
+    presets_of: Callable[[list[Case], list[Case]], list[Case]],
+    costs: Costs | None = None,
+    strength: int = 2,
+) -> list[Case]:
+    """The covering of `supported` with the presets `presets_of(run, supported)` gives, the cells
+    of values covered late (Optimizer.covered_late) last: the other cells' covering is chosen as if
+    those values did not exist, and stays; theirs then join it for the pairs it lacks."""
     early_run = [c for c in run if not covered_late(c.optimizer)]
     early = [c for c in supported if not covered_late(c.optimizer)]
     first_presets = presets_of(early_run, early)

@@ -145,11 +145,6 @@ ONE_OPTIMIZER_API = (
     "only where it is built to (StateApi.takes_optimizers: optimizer.state_dict, FSDP.optim_state_dict, "
     "get/set_state_dict, which take an iterable of optimizers)"
 )
-ONE_OPTIMIZER_STRATEGY = (
-    "the strategy protocol gives a registered strategy one torch optimizer (TrainState.optim), which "
-    "its framework saves or rebuilds (own_training); several optimizers run with the built-in "
-    "strategies only"
-)
 
 
 def api_rules(case: Case) -> tuple[Rule, ...]:
@@ -231,8 +226,4 @@ def unsupported_by_design(cell: Case | Transfer, owner: RegisteredStrategy | Non
     reason = owner.unsupported_reason(cell) if owner is not None else None
     if reason:
         return reason
-    if owner is not None:
-        reason = first_reason((Rule({"optimizer": several_optimizers}, ONE_OPTIMIZER_STRATEGY),), cell)
-        if reason:
-            return reason
     return transfer_unsupported_reason(cell) if isinstance(cell, Transfer) else unsupported_reason(cell)
