@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from conformance.case import Case
 from conformance.construction.base import Materialize
@@ -23,21 +25,22 @@ FLAT_FOR_MUON: Refusal = (
     "FSDP1 without use_orig_params gives the optimizer one flat 1-D parameter per unit: no parameter "
     "is a 2-D weight matrix for Muon to step",
 )
-SHARDED_VIEWS_FOR_MUON: Refusal = (
-    {"optimizer": steps_matrices, "world_size": lambda n: n > 1},
-    "FSDP1 with use_orig_params and a sharding strategy at 2+ ranks gives the optimizer 1-D views of "
+SHARDED_VIEWS_FOR_MUON = (
+    "FSDP1 with use_orig_params, sharding each unit over 2+ ranks, gives the optimizer 1-D views of "
     "each rank's flat shard: torch.optim.Muon refuses them when built ('Muon only supports 2D "
     "parameters'), DeepSpeed's Muon asserts G.ndim >= 2 at its first step (tried on torch 2.13, "
-    "DeepSpeed 0.19.8)",
+    "DeepSpeed 0.19.8, FULL_SHARD and SHARD_GRAD_OP)"
 )
 
 
-def muon_refusals(orig: bool, sharded: bool) -> tuple[Refusal, ...]:
-    """What an FSDP1 layout refuses of Muon: everything without use_orig_params; with it, what a
-    sharding strategy flattens."""
+def muon_refusals(orig: bool, sharded_when: Mapping[str, Any] | None) -> tuple[Refusal, ...]:
+    """What an FSDP1 layout refuses of Muon: everything without use_orig_params; with it, the cells
+    whose units it shards over 2+ ranks (sharded_when: the axes that say so; None: it never does)."""
     if not orig:
         return (FLAT_FOR_MUON,)
-    return (SHARDED_VIEWS_FOR_MUON,) if sharded else ()
+    if sharded_when is None:
+        return ()
+    return (({"optimizer": steps_matrices, **sharded_when}, SHARDED_VIEWS_FOR_MUON),)
 
 
 def fsdp1_wrapper(
@@ -70,7 +73,8 @@ def _layout(wrapper: str, sharding: str, orig: bool, replicated: bool) -> Fsdp1:
         flat_shards=not replicated,
         # FSDP1 materialises a meta-device module itself: to_empty + reset_parameters per module
         materialize=Materialize.BY_WRAPPER,
-        refusals=(() if orig else (GROUPS_NEED_ORIG_PARAMS,)) + muon_refusals(orig, not replicated),
+        refusals=(() if orig else (GROUPS_NEED_ORIG_PARAMS,))
+        + muon_refusals(orig, None if replicated else {"world_size": lambda n: n > 1}),
     )
 
 

@@ -59,7 +59,7 @@ def _layout(wrapper: str, orig: bool) -> Fsdp1OverTp:
         property_reshards=False,
         refusals=(NO_TP_PLAN, NO_LOCAL_ON_A_MESH, TWO_D)
         + (() if orig else (GROUPS_NEED_ORIG_PARAMS,))
-        + muon_refusals(orig, sharded=True),
+        + muon_refusals(orig, {}),  # its dp dimension is 2+ ranks (TWO_D)
     )
 
 

@@ -57,6 +57,11 @@ NO_LOCAL = (
 )
 
 
+def _shards(mesh: str) -> bool:
+    """Whether an HSDP mesh (the mesh axis) shards each copy over 2+ ranks: its default does."""
+    return not mesh or int(mesh.split("x")[1]) > 1
+
+
 def _fsdp1(wrapper: str, sharding: str, orig: bool) -> Hsdp:
     return Hsdp(
         wrapper,
@@ -66,7 +71,7 @@ def _fsdp1(wrapper: str, sharding: str, orig: bool) -> Hsdp:
         flat_shards=True,
         refusals=(*COMMON, NO_LOCAL)
         + (() if orig else (GROUPS_NEED_ORIG_PARAMS,))
-        + muon_refusals(orig, sharded=True),
+        + muon_refusals(orig, {"mesh": _shards}),
     )
 
 
