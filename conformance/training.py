@@ -13,10 +13,12 @@ import torch
 from torch import nn
 
 from conformance.case import Case
+from conformance.check.names import clean_name
 from conformance.generated import ScheduleSpec, is_generated_optimizer
 from conformance.layout.registry import layout_of
-from conformance.models import has_idle_parameters, model_class
+from conformance.models import build_model, has_idle_parameters, model_class
 from conformance.optim.registry import optimizer_of
+from conformance.optim.several import optimizers_of, scheduler_over
 from conformance.precision.registry import precision_of
 from conformance.world import RankContext
 from conformance.world.attribution import CheckVerdict, code_under_test
@@ -30,13 +32,17 @@ def train_steps(optimizer: str) -> int:
 
 
 def build_optimizer(
-    name: str, model: nn.Module
+    name: str, model: nn.Module, model_name: str = ""
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler | None]:
+    """The cell's optimizer (and scheduler) over the wrapped model's parameters. model_name: the
+    cell's model, whose plain shapes tell a Muon optimizer's weight matrices (Optimizer.matrices)."""
     spec = optimizer_of(name)
     frozen_too = has_idle_parameters(model)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad or frozen_too]
     params = [p for _, p in named]
-    if spec.groups:
+    if spec.optimizer.matrices:
+        groups = matrix_groups(named, model, model_name)
+    elif spec.groups:
         # By the parameter's original name, the same on every wrapper: weights decay, biases do
         # not and learn faster. Never by shape: FSDP1's use_orig_params parameters are 1-D views
         # of the flat parameter once wrapped (documented), which left group 0 empty.
@@ -48,8 +54,42 @@ def build_optimizer(
     else:
         groups = [{"params": params}]
     optim = spec.make(groups)
-    scheduler = spec.scheduler.make(optim) if spec.scheduler else None
+    scheduler = scheduler_over(spec.scheduler.make, optim) if spec.scheduler else None
     return optim, scheduler
+
+
+class NoWeightMatrix(CheckVerdict):
+    """A Muon optimizer would get no 2-D weight matrix: its Muon half would test nothing. A verdict
+    on the configuration, never a pass."""
+
+
+def weight_matrices(model_name: str) -> dict[str, bool]:
+    """The plain model's parameters by name: whether each is a weight matrix for Muon, 2-D and no
+    embedding's (torch.optim.Muon's example gives Muon every 2-D parameter, the output layer's too;
+    its documentation gives embeddings to AdamW). Asked of the plain model: a wrapper may flatten its
+    parameters (FSDP1) or shard them."""
+    plain = build_model(model_name, seed=0)
+    embeddings = {id(getattr(m, "weight", None)) for m in plain.modules() if isinstance(m, nn.Embedding)}
+    return {n: p.ndim == 2 and id(p) not in embeddings for n, p in plain.named_parameters()}
+
+
+def matrix_groups(named: list[tuple[str, nn.Parameter]], model: nn.Module, model_name: str) -> list[dict]:
+    """[the weight matrices, every other parameter]: by the parameter's name in the plain model, and
+    one the plain model lacks (a LoRA adapter's matrices) by its own shape, as torch.optim.Muon's
+    example splits them (`p.ndim == 2`; an embedding's weight excepted)."""
+    if not model_name:
+        raise ValueError(
+            "an optimizer of weight matrices needs the cell's model (build_optimizer's model_name)"
+        )
+    plain = weight_matrices(model_name)
+    embeddings = {id(getattr(m, "weight", None)) for m in model.modules() if isinstance(m, nn.Embedding)}
+    chosen = [plain.get(clean_name(n), p.ndim == 2 and id(p) not in embeddings) for n, p in named]
+    if not any(chosen):
+        raise NoWeightMatrix(f"no parameter of the wrapped model is a weight matrix of {model_name}")
+    return [
+        {"params": [p for (_, p), c in zip(named, chosen) if c]},
+        {"params": [p for (_, p), c in zip(named, chosen) if not c]},
+    ]
 
 
 class PrecisionNotInEffect(CheckVerdict):
@@ -119,7 +159,8 @@ def train(
             if choice.closure:  # LBFGS re-evaluates the loss (its documented use)
                 optim.step(_closure(model, optim, cls, x, y))
             elif scaler is not None:  # skips the step on inf/NaN gradients, then adapts the scale
-                scaler.step(optim)
+                for each in optimizers_of(optim):  # several: each stepped, one update (the AMP recipe)
+                    scaler.step(each)
                 scaler.update()
             else:
                 optim.step()

@@ -10,7 +10,7 @@ import pytest
 from conformance.case import Transfer
 from conformance.findings import load_findings
 from conformance.matrix import CHECKS, cells, unsupported_reason
-from conformance.matrix.cells import feature_presets, witnesses
+from conformance.matrix.cells import cover_late_last, feature_presets, witnesses
 from conformance.matrix.costs import Costs, load_costs
 from conformance.matrix.covering import cover_each_construction, lost
 
@@ -92,8 +92,7 @@ def test_the_choice_is_the_same_computed_afresh() -> None:
     expected = [c.id for c in cells("default", "resume")]
     run = _supported("default-product", "resume")
     full = _supported("full", "resume")
-    presets = feature_presets("resume", run) + witnesses(run + full)
-    fresh = cover_each_construction(full + presets, presets)
+    fresh = cover_late_last(run, full, lambda r, s: feature_presets("resume", r) + witnesses(r + s))
     assert [c.id for c in fresh] == expected
 
 

@@ -65,6 +65,7 @@ from conformance.layout.builtin import builtin_strategy
 from conformance.layout.registry import layout_of
 from conformance.models import build_model
 from conformance.observed import from_detail
+from conformance.optim.several import holders_of
 from conformance.outcome import Outcome
 from conformance.precision.registry import precision_of
 from conformance.strategy.owned import owned_state
@@ -145,9 +146,10 @@ def fresh_state(
     model = construction.build(
         make, lambda m: strategy.wrap(m, ctx), ctx.device, layout_of(case).materialize, seed=seed
     )
-    optim, scheduler = build_optimizer(case.optimizer, model)
+    optim, scheduler = build_optimizer(case.optimizer, model, case.model)
     scaler = precision.scaler(ctx.device, replicated=layout_of(case).replicated)
-    return owned_state(strategy, TrainState(model, optim, scheduler, scaler=scaler), ctx)
+    state = TrainState(model, optim, scheduler, holders=holders_of(optim), scaler=scaler)
+    return owned_state(strategy, state, ctx)
 
 
 def preload_hook(strategy: Strategy, path: Path, ctx: RankContext) -> Callable[[Any], None] | None:

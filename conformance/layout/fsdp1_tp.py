@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from conformance.case import Case
 from conformance.layout.base import Refusal, case_mesh
-from conformance.layout.fsdp1 import GROUPS_NEED_ORIG_PARAMS, fsdp1_wrapper
+from conformance.layout.fsdp1 import GROUPS_NEED_ORIG_PARAMS, fsdp1_wrapper, muon_refusals
 from conformance.layout.tensor_parallel import NO_TP_PLAN, Fsdp2OverTp, tp_meshes
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.parallel import Fsdp1TpWrapper
@@ -57,7 +57,9 @@ def _layout(wrapper: str, orig: bool) -> Fsdp1OverTp:
         apis=STATE_APIS["fsdp1"],
         flat_shards=True,
         property_reshards=False,
-        refusals=(NO_TP_PLAN, NO_LOCAL_ON_A_MESH, TWO_D) + (() if orig else (GROUPS_NEED_ORIG_PARAMS,)),
+        refusals=(NO_TP_PLAN, NO_LOCAL_ON_A_MESH, TWO_D)
+        + (() if orig else (GROUPS_NEED_ORIG_PARAMS,))
+        + muon_refusals(orig, {}),  # its dp dimension is 2+ ranks (TWO_D)
     )
 
 

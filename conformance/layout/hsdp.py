@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from conformance.case import Case
 from conformance.layout.base import Layout, expert_models
-from conformance.layout.fsdp1 import GROUPS_NEED_ORIG_PARAMS, fsdp1_wrapper
+from conformance.layout.fsdp1 import GROUPS_NEED_ORIG_PARAMS, fsdp1_wrapper, muon_refusals
 from conformance.layout.fsdp2 import fsdp2_wrapper
 from conformance.strategy.builtin import STATE_APIS
 
@@ -57,6 +57,11 @@ NO_LOCAL = (
 )
 
 
+def _shards(mesh: str) -> bool:
+    """Whether an HSDP mesh (the mesh axis) shards each copy over 2+ ranks: its default does."""
+    return not mesh or int(mesh.split("x")[1]) > 1
+
+
 def _fsdp1(wrapper: str, sharding: str, orig: bool) -> Hsdp:
     return Hsdp(
         wrapper,
@@ -64,7 +69,9 @@ def _fsdp1(wrapper: str, sharding: str, orig: bool) -> Hsdp:
         build=lambda case: fsdp1_wrapper(case, use_orig_params=orig, hsdp_shape=hsdp_shape(case)),
         apis=STATE_APIS["fsdp1"],
         flat_shards=True,
-        refusals=(*COMMON, NO_LOCAL) + (() if orig else (GROUPS_NEED_ORIG_PARAMS,)),
+        refusals=(*COMMON, NO_LOCAL)
+        + (() if orig else (GROUPS_NEED_ORIG_PARAMS,))
+        + muon_refusals(orig, {"mesh": _shards}),
     )
 
 

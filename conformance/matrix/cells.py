@@ -14,6 +14,7 @@ from conformance.matrix.costs import Costs, load_costs
 from conformance.matrix.covering import cover_each_construction
 from conformance.matrix.profiles import PROFILES, Covering, Profile
 from conformance.matrix.rules import unsupported_by_design, unsupported_reason
+from conformance.optim.registry import covered_late
 from conformance.outcome import CellResult, Outcome
 from conformance.strategy.registry import RegisteredStrategy, Registry
 
@@ -69,8 +70,31 @@ def _choose(
     costs = load_costs()
     run = [c for c in declared if not why_not(c)]
     supported = [c for c in universe if not why_not(c)]
-    kept = [c for c in run if covering.keep is not None and covering.keep(c)]
-    presets = feature_presets(check, run, costs) + witnesses(run + supported) + kept
+
+    def presets_of(run: list[Case], supported: list[Case]) -> list[Case]:
+        kept = [c for c in run if covering.keep is not None and covering.keep(c)]
+        return feature_presets(check, run, costs) + witnesses(run + supported) + kept
+
+    return cover_late_last(run, supported, presets_of, costs, strength)
+
+
+def cover_late_last(
+    run: list[Case],
+    supported: list[Case],
+    presets_of: Callable[[list[Case], list[Case]], list[Case]],
+    costs: Costs | None = None,
+    strength: int = 2,
+) -> list[Case]:
+    """The covering of `supported` with the presets `presets_of(run, supported)` gives, the cells
+    of values covered late (Optimizer.covered_late) last: the other cells' covering is chosen as if
+    those values did not exist, and stays; theirs then join it for the pairs it lacks."""
+    early_run = [c for c in run if not covered_late(c.optimizer)]
+    early = [c for c in supported if not covered_late(c.optimizer)]
+    first_presets = presets_of(early_run, early)
+    first = cover_each_construction(early + first_presets, first_presets, costs, strength)
+    if len(early) == len(supported) and len(early_run) == len(run):
+        return first
+    presets = presets_of(run, supported) + first
     return cover_each_construction(supported + presets, presets, costs, strength)
 
 

@@ -15,7 +15,7 @@ from conformance.check.slices import (
 )
 from conformance.layout.registry import layout_of
 from conformance.models import MODELS, RESHAPED
-from conformance.optim.registry import refuses_low_precision_grads, steps_with_closure
+from conformance.optim.registry import refuses_low_precision_grads, several_optimizers, steps_with_closure
 from conformance.precision.registry import scales_loss, sets_grad_dtype
 from conformance.strategy.builtin import STATE_APIS
 from conformance.strategy.registry import RegisteredStrategy
@@ -139,6 +139,22 @@ def layout_rules(case: Case) -> tuple[Rule, ...]:
     return _own_rules(case, layout.refusals + (() if layout.keeps_grad_dtype else (DROPS_GRAD_DTYPE,)))
 
 
+ONE_OPTIMIZER_API = (
+    "the state-dict API's optimizer functions take one optimizer and give one state dict, which the "
+    "composed strategy saves as its one optimizer entry; the matrix calls an API once per optimizer "
+    "only where it is built to (StateApi.takes_optimizers: optimizer.state_dict, FSDP.optim_state_dict, "
+    "get/set_state_dict, which take an iterable of optimizers)"
+)
+
+
+def api_rules(case: Case) -> tuple[Rule, ...]:
+    """What the cell's state-dict API refuses: several optimizers, unless it takes them."""
+    api = layout_of(case).apis.get(case.api)
+    if api is None or getattr(api, "takes_optimizers", False):
+        return ()
+    return (Rule({"api": case.api, "optimizer": several_optimizers}, ONE_OPTIMIZER_API),)
+
+
 def _own_rules(case: Case, refusals: Any) -> tuple[Rule, ...]:
     """A layout's refusals as rules, matched only with its own wrapper and sharding."""
     return tuple(
@@ -155,7 +171,7 @@ def first_reason(rules: tuple[Rule, ...], cell: Case | Transfer) -> str | None:
 
 def unsupported_reason(case: Case) -> str | None:
     """The reason of the first rule the cell matches: the matrix's, then its layout's."""
-    return first_reason(UNSUPPORTED + layout_rules(case), case)
+    return first_reason(UNSUPPORTED + layout_rules(case) + api_rules(case), case)
 
 
 # A transfer whose axes (Transfer.axes(): the save case's, and load_* for the other side)

@@ -22,7 +22,14 @@ class Optimizer:
     optimizer over the parameter groups the harness builds (one group, or two with +groups), with
     an implementation's flag (foreach=True, fused=True) as a keyword where the cell asks for one.
     impls: the implementations the CPU build has besides the default. takes_groups: False where the
-    optimizer refuses per-parameter options (LBFGS). closure: its step re-evaluates the loss
+    optimizer refuses per-parameter options (LBFGS) or groups the parameters its own way.
+    matrices: it is Muon with an AdamW for the rest, as Muon is used: `make` gets two groups, the
+    2-D weight matrices (by the plain model's shapes, never an embedding's), then
+    every other parameter (conformance.training.build_optimizer). optimizers: how many torch
+    optimizers `make` builds (more than one: an OptimizerList, conformance.optim.several).
+    covered_late: a value added to a published matrix: a covering profile chooses the other
+    values' cells as if it did not exist (their ids stay), then adds its cells for the pairs they
+    lack (conformance.matrix.cells). closure: its step re-evaluates the loss
     (`step(closure)`). low_precision_grads: it steps fp32 parameters whose gradients are of a lower
     precision (Tensor.grad_dtype). unavailable: why this torch lacks it (None: it has it).
     description: what it brings that the other values do not (its state's shapes, scalars)."""
@@ -32,6 +39,9 @@ class Optimizer:
     description: str = ""
     impls: tuple[str, ...] = ()
     takes_groups: bool = True
+    matrices: bool = False
+    optimizers: int = 1
+    covered_late: bool = False
     closure: bool = False
     low_precision_grads: bool = True
     unavailable: Callable[[], str | None] = field(default=available, compare=False)

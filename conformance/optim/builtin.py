@@ -1,6 +1,6 @@
 """The optimizers the matrix has built in: every stateful optimizer of torch.optim that trains on
-dense gradients (SparseAdam needs sparse ones; Muon takes only 2-D parameters, and every model
-here has biases). A new one is an Optimizer here (or in a module of its own) and its line in
+dense gradients (SparseAdam needs sparse ones; Muon, which takes only 2-D parameters, is in
+conformance/optim/muon.py, with AdamW beside it on the rest as it is used). A new one is an Optimizer here (or in a module of its own) and its line in
 conformance/optim/registry.py; from outside the package, `register` in a pytest plugin
 (tests/new_optimizer_plugin.py)."""
 

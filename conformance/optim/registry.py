@@ -11,10 +11,11 @@ import itertools
 from conformance.axis import Axis
 from conformance.case import GROUPS, optimizer_axes, optimizer_token
 from conformance.generated import ScheduleSpec, is_generated_optimizer
-from conformance.optim import builtin, schedulers
+from conformance.optim import builtin, muon, schedulers
 from conformance.optim.base import Choice, Optimizer, Scheduler
 
-AXIS: Axis[Optimizer] = Axis("optimizer", builtin.OPTIMIZERS)
+PACKAGE_OPTIMIZERS = (*builtin.OPTIMIZERS, *muon.OPTIMIZERS)
+AXIS: Axis[Optimizer] = Axis("optimizer", PACKAGE_OPTIMIZERS)
 SCHEDULER_AXIS: Axis[Scheduler] = Axis("scheduler", schedulers.SCHEDULERS)
 OPTIMIZERS = AXIS.values
 SCHEDULERS = SCHEDULER_AXIS.values
@@ -96,7 +97,7 @@ def optimizer_product() -> tuple[str, ...]:
 
 def builtin_optimizer(name: str) -> bool:
     """Whether the cell's optimizer is one the package has built in (not a plugin's)."""
-    return optimizer_axes(name)["base_optimizer"] in {o.name for o in builtin.OPTIMIZERS}
+    return optimizer_axes(name)["base_optimizer"] in {o.name for o in PACKAGE_OPTIMIZERS}
 
 
 def in_param_groups(name: str) -> bool:
@@ -122,3 +123,21 @@ def refuses_low_precision_grads(name: str) -> bool:
     dtype float for `end` but got dtype c10::BFloat16", a lerp of the fp32 state towards the
     gradient; a rule's predicate)."""
     return not optimizer_of(name).optimizer.low_precision_grads
+
+
+def steps_matrices(name: str) -> bool:
+    """Whether the optimizer word's optimizer is Muon on the weight matrices (Optimizer.matrices:
+    a rule's predicate, a layout that flattens the parameters refuses it)."""
+    return optimizer_of(name).optimizer.matrices
+
+
+def several_optimizers(name: str) -> bool:
+    """Whether the optimizer word's optimizer is several torch optimizers (Optimizer.optimizers: a
+    rule's predicate, a state-dict API or a strategy that takes one optimizer refuses it)."""
+    return optimizer_of(name).optimizer.optimizers > 1
+
+
+def covered_late(name: str) -> bool:
+    """Whether the cells of the optimizer word's optimizer join a covering after the others are
+    chosen (Optimizer.covered_late; a generated schedule's never do)."""
+    return not is_generated_optimizer(name) and optimizer_of(name).optimizer.covered_late

@@ -63,8 +63,9 @@ class TrainState:
 
     holders: when `optim` is a framework's container of torch optimizers (torchtitan's
     OptimizersContainer), the torch optimizers in it, which hold the state: the harness's own
-    snapshot reads these, as it reads FSDP's shards, while training steps `optim`; or a
-    StateView when the state lives where no torch optimizer holds it by parameter. Empty for a
+    snapshot reads these, as it reads FSDP's shards, while training steps `optim`; the torch
+    optimizers of an OptimizerList (several optimizers trained together, conformance.optim.several);
+    or a StateView when the state lives where no torch optimizer holds it by parameter. Empty for a
     torch optimizer. engine: a framework's Engine that owns the training step, or None
     (conformance.strategy.owned)."""
 
@@ -127,7 +128,10 @@ class Wrapper(Protocol):
 
 
 class StateApi(Protocol):
-    """Optional: `before_wrap(model, state, rank)`, which loads into the unwrapped model."""
+    """Optional: `before_wrap(model, state, rank)`, which loads into the unwrapped model.
+    Optional: `takes_optimizers = True` where `get` and `set` take an OptimizerList too (several
+    optimizers, conformance.optim.several); the cells of several optimizers with any other API are
+    unsupported."""
 
     def get(self, model: nn.Module, optim: torch.optim.Optimizer) -> StateDict: ...
 

@@ -43,6 +43,20 @@ DATA_PARALLEL = ("ddp", "replicate")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
+ONE_OPTIMIZER_STRATEGY = (
+    "the strategy protocol gives a registered strategy one torch optimizer (TrainState.optim), which "
+    "its framework saves or rebuilds (own_training); several optimizers run with the built-in "
+    "strategies only"
+)
+
+
+def several_optimizers(name: str) -> bool:
+    """Whether a cell's optimizer word is several torch optimizers (conformance.optim.several)."""
+    from conformance.optim.registry import several_optimizers as several
+
+    return several(name)
+
+
 @dataclass(frozen=True)
 class Supports:
     """What a strategy can do; the cells of everything else are `unsupported`.
@@ -157,7 +171,10 @@ class RegisteredStrategy:
                 f"the {check} check's {case.variant}",
             ),
         ]
-        return next((f"{self.name} does not declare {what}" for ok, what in declared if not ok), None)
+        undeclared = next((f"{self.name} does not declare {what}" for ok, what in declared if not ok), None)
+        if undeclared is None and several_optimizers(case.optimizer):
+            return ONE_OPTIMIZER_STRATEGY
+        return undeclared
 
 
 def own_layouts(strategy: RegisteredStrategy, case: Case) -> list[Case]:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from conformance.models import build_model
+from conformance.optim.several import each_state, load_each
 from conformance.strategy.protocol import StateDict
 from conformance.strategy.wrappers import unwrap
 
@@ -44,19 +46,25 @@ class KnowsTheModel:
 
 @dataclass(frozen=True)
 class PlainStateDict:
-    """module.state_dict() and optimizer.state_dict(), as with DDP or no wrapper."""
+    """module.state_dict() and optimizer.state_dict(), as with DDP or no wrapper; several
+    optimizers: each one's state_dict() in a list."""
+
+    takes_optimizers: ClassVar[bool] = True
 
     def get(self, model: nn.Module, optim: torch.optim.Optimizer) -> StateDict:
-        return {"model": unwrap(model).state_dict(), "optim": optim.state_dict()}
+        return {"model": unwrap(model).state_dict(), "optim": each_state(optim, lambda o: o.state_dict())}
 
     def set(self, model: nn.Module, optim: torch.optim.Optimizer, state: StateDict) -> None:
         unwrap(model).load_state_dict(state["model"])
-        optim.load_state_dict(state["optim"])
+        load_each(optim, state["optim"], lambda o, saved: o.load_state_dict(saved))
 
 
 @dataclass(frozen=True)
 class Fsdp1StateDict(KnowsTheModel):
-    """FSDP1's state_dict_type context, plus FSDP.optim_state_dict / optim_state_dict_to_load."""
+    """FSDP1's state_dict_type context, plus FSDP.optim_state_dict / optim_state_dict_to_load
+    (several optimizers: each called once per optimizer, as they take one, their results in a list)."""
+
+    takes_optimizers: ClassVar[bool] = True
 
     kind: str  # full | sharded | local
     offload_to_cpu: bool = False
@@ -96,14 +104,23 @@ class Fsdp1StateDict(KnowsTheModel):
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
         with self._context(model):
-            return {"model": model.state_dict(), "optim": FSDP.optim_state_dict(model, optim)}
+            return {
+                "model": model.state_dict(),
+                "optim": each_state(optim, lambda o: FSDP.optim_state_dict(model, o)),
+            }
 
     def set(self, model: nn.Module, optim: torch.optim.Optimizer, state: StateDict) -> None:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
         with self._context(model):
             model.load_state_dict(state["model"])
-            optim.load_state_dict(FSDP.optim_state_dict_to_load(model, optim, self.by_name(state["optim"])))
+            load_each(
+                optim,
+                state["optim"],
+                lambda o, saved: o.load_state_dict(
+                    FSDP.optim_state_dict_to_load(model, o, self.by_name(saved))
+                ),
+            )
 
 
 @dataclass(frozen=True)
@@ -124,6 +141,9 @@ class DistributedStateDict(KnowsTheModel):
     # its pipeline stages; only set when True (older torch lacks the option)
     flatten_optimizer_state_dict: bool = False
     every_rank: bool = False
+    # get_state_dict, set_state_dict and set_optimizer_state_dict take an iterable of optimizers
+    # (their documentation): several optimizers are given as the OptimizerList they are
+    takes_optimizers: ClassVar[bool] = True
 
     def _options(self, *, loading: bool = False):  # type: ignore[no-untyped-def]
         from torch.distributed.checkpoint.state_dict import StateDictOptions
