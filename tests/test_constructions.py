@@ -7,6 +7,7 @@ construction existed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,13 @@ UNINITIALISED = (
     "resume-fsdp2-dsd_sharded-dcp-adamw+sched-mlp_nonpersistent-meta_uninit-w2",
 )
 INITIALISED = tuple(i.replace("meta_uninit", "meta") for i in UNINITIALISED)
+# rank-0 init: FSDP2 broadcasts no buffer, so rank 1's uninitialised one stays (DDP's wrap would
+# broadcast rank 0's); the full state broadcast from rank 0, and loaded on every rank
+RANK0_UNINITIALISED = (
+    "fsdp2-dsd_full_bcast-torch_save-adamw-mlp_nonpersistent-rank0_uninit-w2",
+    "fsdp2-dsd_full-dcp-adamw-mlp_nonpersistent-rank0_uninit-w2",
+)
+RANK0_INITIALISED = tuple(i.replace("rank0_uninit", "rank0") for i in RANK0_UNINITIALISED)
 
 
 def test_a_construction_that_skips_the_initialisation_is_caught(tmp_path: Path) -> None:
@@ -41,6 +49,26 @@ def test_a_construction_that_skips_the_initialisation_is_caught(tmp_path: Path) 
     assert {i: got.get(i) for i in UNINITIALISED} == dict.fromkeys(UNINITIALISED, "fail"), log[-3000:]
     details = {c["id"]: c["detail"] for c in results["cells"]}
     assert all("buffer/scale" in details[i] for i in UNINITIALISED), details
+    assert code == 1
+
+
+def test_a_rank0_init_that_skips_the_other_ranks_initialisation_is_caught(tmp_path: Path) -> None:
+    code, results, log = run_cases(
+        tmp_path,
+        "-p",
+        "tests.broken_constructions",
+        "--matrix",
+        "default-product",
+        "-k",
+        " or ".join(RANK0_UNINITIALISED + RANK0_INITIALISED),
+    )
+    got = outcomes(results)
+    assert {i: got.get(i) for i in RANK0_INITIALISED} == dict.fromkeys(RANK0_INITIALISED, "pass"), log[-3000:]
+    assert {i: got.get(i) for i in RANK0_UNINITIALISED} == dict.fromkeys(RANK0_UNINITIALISED, "fail"), log[
+        -3000:
+    ]
+    details = {c["id"]: c["detail"] for c in results["cells"]}
+    assert all("buffer/scale" in details[i] and "rank 1" in details[i] for i in RANK0_UNINITIALISED), details
     assert code == 1
 
 
@@ -69,6 +97,35 @@ def test_the_meta_construction_gives_storage_and_initialises() -> None:
     assert tied.head.weight is tied.embed.weight
 
 
+def test_a_rank0_init_builds_by_the_constructor_on_rank_0_only() -> None:
+    from conformance.construction.base import on_meta
+    from conformance.models import model_class
+
+    rank0 = construction_of("rank0")
+    cls = model_class("mlp_nonpersistent")
+    wrapped_on_meta: dict[int, bool] = {}
+
+    def wrap_at(rank: int) -> Callable[[nn.Module], nn.Module]:
+        def wrap(model: nn.Module) -> nn.Module:
+            wrapped_on_meta[rank] = on_meta(model)
+            return model
+
+        return wrap
+
+    for rank in (0, 1):
+        built = rank0.build(cls, wrap_at(rank), torch.device("cpu"), Materialize.AFTER_WRAP, rank=rank)
+        assert not any(t.is_meta for t in (*built.parameters(), *built.buffers()))
+        assert torch.equal(built.scale, cls().scale)
+    assert wrapped_on_meta == {0: False, 1: True}  # rank 1 wraps a meta model: no values of its own
+
+    def on_the_meta_device() -> nn.Module:
+        with torch.device("meta"):
+            return cls()
+
+    with pytest.raises(NotBuiltOnMeta):  # rank 0 on the meta device would be the meta construction
+        rank0.build(on_the_meta_device, lambda m: m, torch.device("cpu"), Materialize.AFTER_WRAP, rank=0)
+
+
 def test_the_constructors_cells_of_a_covering_ignore_other_constructions() -> None:
     from conformance.matrix.cells import cells
 
@@ -82,4 +139,7 @@ def test_the_constructors_cells_of_a_covering_ignore_other_constructions() -> No
         from conformance.check.registry import CHECKS
 
         for c in meta:
-            assert not any(f.selects(c.axes()) for f in CHECKS[check].features if "meta" not in f.name), c.id
+            from conformance.check.roundtrip_cells import built_on_meta, built_on_rank0
+
+            own = (built_on_meta, built_on_rank0)
+            assert not any(f.selects(c.axes()) for f in CHECKS[check].features if f.selects not in own), c.id

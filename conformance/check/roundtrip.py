@@ -54,6 +54,7 @@ from conformance.check.roundtrip_cells import (
     PRECISION_MODEL_SLICE,
     PRECISION_OPTIMIZER_SLICE,
     PRECISION_SLICE,
+    RANK0_SLICE,
     TP_PROPERTY_SLICE,
     TP_SLICE,
 )
@@ -143,7 +144,12 @@ def fresh_state(
         return model
 
     model = construction.build(
-        make, lambda m: strategy.wrap(m, ctx), ctx.device, layout_of(case).materialize, seed=seed
+        make,
+        lambda m: strategy.wrap(m, ctx),
+        ctx.device,
+        layout_of(case).materialize,
+        seed=seed,
+        rank=ctx.rank,
     )
     optim, scheduler = build_optimizer(case.optimizer, model)
     scaler = precision.scaler(ctx.device, replicated=layout_of(case).replicated)
@@ -302,6 +308,7 @@ CHECK = Check(
                 (EP_SLICE, (2, 4)),
                 (PP_FSDP_SLICE, (4,)),  # 2 stages, each FSDP over 2 ranks
                 (META_SLICE, (2,)),
+                (RANK0_SLICE, (2,)),
                 (FUSED_SLICE, (2,)),
             ),
             "full": (
@@ -327,6 +334,7 @@ CHECK = Check(
                 (TP_PROPERTY_SLICE, (2, 4)),
                 (PP_FSDP_SLICE, (2, 4)),
                 (META_SLICE, (1, 2, 4)),
+                (RANK0_SLICE, (2, 4)),
                 (FUSED_SLICE, (2, 4)),
             ),
         }

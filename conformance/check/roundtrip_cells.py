@@ -25,7 +25,7 @@ from conformance.check.slices import (
     Slice,
 )
 from conformance.construction.registry import is_default as is_default_construction
-from conformance.construction.registry import meta_constructions, on_meta
+from conformance.construction.registry import meta_constructions, on_meta, rank0_constructions, rank0_init
 from conformance.models import carries
 from conformance.optim.registry import DEFAULT_OPTIMIZER, gate_optimizers, optimizer_names, optimizer_product
 from conformance.precision.registry import (
@@ -188,6 +188,16 @@ META_CI_SLICE = dataclasses.replace(
     models=("mlp_nonpersistent",),
 )
 
+# Rank-0 init (conformance.construction): the constructor on rank 0, the meta device elsewhere, then
+# a full state: loaded on every rank, or broadcast from rank 0 (Accelerate's FSDP2 recipe). A
+# sharded load is not this recipe (every rank reads its own part), so its APIs have no such cells.
+RANK0_SLICE = dataclasses.replace(
+    META_SLICE,
+    name="rank-0 init",
+    apis=("dsd_full", "dsd_full_bcast", "sd_full"),
+    constructions=rank0_constructions,
+)
+
 
 def _basic(axes: Any) -> bool:
     return axes["model"] == "mlp" and is_default(axes["precision"]) and axes["world_size"] != 4
@@ -202,6 +212,10 @@ def by_constructor(selects: Callable[[Any], bool]) -> Callable[[Any], bool]:
 
 def built_on_meta(a: Any) -> bool:
     return on_meta(str(a.get("construction", DEFAULT_CONSTRUCTION)))
+
+
+def built_on_rank0(a: Any) -> bool:
+    return rank0_init(str(a.get("construction", DEFAULT_CONSTRUCTION)))
 
 
 # The round trip's columns of the feature table.
@@ -312,5 +326,11 @@ FEATURES: tuple[Feature, ...] = (
         "the fresh model built on the meta device, then to_empty() and reset_parameters() (FSDP1's own "
         "materialisation), then the load: a buffer no state dict holds, an int buffer, a tie, BatchNorm's running stats",
         built_on_meta,
+    ),
+    Feature(
+        "rank-0 init",
+        "the fresh model built by its constructor on rank 0 only and on the meta device elsewhere, then "
+        "to_empty() and reset_parameters() there, then the full state loaded or broadcast from rank 0",
+        built_on_rank0,
     ),
 )
