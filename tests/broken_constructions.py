@@ -27,7 +27,7 @@ UNINITIALISED = register(
 # rank 1 keeps uninitialised memory (DDP's wrap broadcasts rank 0's buffers, and rescues it).
 RANK0_UNINITIALISED = register(
     Construction(
-        "rank0_uninit",
+        "rank0init_uninit",
         "rank-0 init whose other ranks get to_empty() and the load, no reset_parameters (broken on purpose)",
         on_meta=True,
         initialise=False,

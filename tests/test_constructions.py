@@ -28,10 +28,10 @@ INITIALISED = tuple(i.replace("meta_uninit", "meta") for i in UNINITIALISED)
 # rank-0 init: FSDP2 broadcasts no buffer, so rank 1's uninitialised one stays (DDP's wrap would
 # broadcast rank 0's); the full state broadcast from rank 0, and loaded on every rank
 RANK0_UNINITIALISED = (
-    "fsdp2-dsd_full_bcast-torch_save-adamw-mlp_nonpersistent-rank0_uninit-w2",
-    "fsdp2-dsd_full-dcp-adamw-mlp_nonpersistent-rank0_uninit-w2",
+    "fsdp2-dsd_full_bcast-torch_save-adamw-mlp_nonpersistent-rank0init_uninit-w2",
+    "fsdp2-dsd_full-dcp-adamw-mlp_nonpersistent-rank0init_uninit-w2",
 )
-RANK0_INITIALISED = tuple(i.replace("rank0_uninit", "rank0") for i in RANK0_UNINITIALISED)
+RANK0_INITIALISED = tuple(i.replace("rank0init_uninit", "rank0init") for i in RANK0_UNINITIALISED)
 
 
 def test_a_construction_that_skips_the_initialisation_is_caught(tmp_path: Path) -> None:
@@ -101,7 +101,7 @@ def test_a_rank0_init_builds_by_the_constructor_on_rank_0_only() -> None:
     from conformance.construction.base import on_meta
     from conformance.models import model_class
 
-    rank0 = construction_of("rank0")
+    rank0 = construction_of("rank0init")
     cls = model_class("mlp_nonpersistent")
     wrapped_on_meta: dict[int, bool] = {}
 

@@ -14,7 +14,7 @@ CONSTRUCTIONS: tuple[Construction, ...] = (
         on_meta=True,
     ),
     Construction(
-        "rank0",
+        "rank0init",
         "rank-0 init: the constructor on rank 0, the meta device elsewhere (then to_empty() and "
         "reset_parameters(), by FSDP1 while wrapping), then the full state loaded or broadcast from rank 0",
         on_meta=True,
