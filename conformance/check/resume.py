@@ -21,6 +21,7 @@ import torch.distributed as dist
 from conformance.case import Case
 from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.compare import compare_states, first_of_each_kind
+from conformance.check.construction_cells import built_on_meta, built_on_rank0, by_constructor
 from conformance.check.phases import PhaseError, Phases, observed_of
 from conformance.check.roundtrip import (
     StrategyFactory,
@@ -30,7 +31,6 @@ from conformance.check.roundtrip import (
     limit_lines,
     preload_hook,
 )
-from conformance.check.roundtrip_cells import built_on_meta, built_on_rank0, by_constructor
 from conformance.check.slices import LAYOUT_WRAPPERS, MAIN_APIS, MAIN_WRAPPERS, PP_FSDP_WRAPPERS, Slice
 from conformance.check.snapshot import count_elements, full_state, local_state
 from conformance.construction.registry import meta_constructions, rank0_constructions

@@ -26,6 +26,7 @@ from torch import nn
 from conformance.case import DEFAULT_CONSTRUCTION, Case
 from conformance.check.base import CaseCells, Check, StrategyFactory, Under
 from conformance.check.compare import compare_states, first_of_each_kind
+from conformance.check.construction_cells import META_CI_SLICE, META_SLICE, RANK0_SLICE
 from conformance.check.fused_cells import FUSED_SLICE
 from conformance.check.phases import STATUS_OUTCOMES, Phases, observed_of
 from conformance.check.roundtrip_cells import (
@@ -42,8 +43,6 @@ from conformance.check.roundtrip_cells import (
     LAYOUT_CI_SLICE,
     LAYOUT_MODELS_SLICE,
     LAYOUT_SLICE,
-    META_CI_SLICE,
-    META_SLICE,
     MODEL_SLICE,
     MOE_SLICE,
     OPTIM_OFFLOAD_SLICE,
@@ -54,7 +53,6 @@ from conformance.check.roundtrip_cells import (
     PRECISION_MODEL_SLICE,
     PRECISION_OPTIMIZER_SLICE,
     PRECISION_SLICE,
-    RANK0_SLICE,
     TP_PROPERTY_SLICE,
     TP_SLICE,
 )
