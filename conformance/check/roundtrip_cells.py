@@ -281,7 +281,8 @@ FEATURES: tuple[Feature, ...] = (
     Feature(
         "rank-0 init",
         "the fresh model built by its constructor on rank 0 only and on the meta device elsewhere, then "
-        "to_empty() and reset_parameters() there, then the full state loaded or broadcast from rank 0",
+        "to_empty() and reset_parameters() there (FSDP1 materialises it itself), then the full state loaded or broadcast "
+        "from rank 0",
         built_on_rank0,
     ),
 )
