@@ -20,3 +20,17 @@ UNINITIALISED = register(
         initialise=False,
     )
 )
+
+# A rank-0 init that skips the other ranks' own initialisation: rank 0 builds by its constructor,
+# the others on the meta device and to_empty(), and nothing computes their non-persistent buffer;
+# the full state broadcast from rank 0 does not hold it. FSDP2 never broadcasts a buffer, so its
+# rank 1 keeps uninitialised memory (DDP's wrap broadcasts rank 0's buffers, and rescues it).
+RANK0_UNINITIALISED = register(
+    Construction(
+        "rank0init_uninit",
+        "rank-0 init whose other ranks get to_empty() and the load, no reset_parameters (broken on purpose)",
+        on_meta=True,
+        initialise=False,
+        rank0_builds=True,
+    )
+)

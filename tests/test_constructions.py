@@ -7,6 +7,7 @@ construction existed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,13 @@ UNINITIALISED = (
     "resume-fsdp2-dsd_sharded-dcp-adamw+sched-mlp_nonpersistent-meta_uninit-w2",
 )
 INITIALISED = tuple(i.replace("meta_uninit", "meta") for i in UNINITIALISED)
+# rank-0 init: FSDP2 broadcasts no buffer, so rank 1's uninitialised one stays (DDP's wrap would
+# broadcast rank 0's); the full state broadcast from rank 0, and loaded on every rank
+RANK0_UNINITIALISED = (
+    "fsdp2-dsd_full_bcast-torch_save-adamw-mlp_nonpersistent-rank0init_uninit-w2",
+    "fsdp2-dsd_full-dcp-adamw-mlp_nonpersistent-rank0init_uninit-w2",
+)
+RANK0_INITIALISED = tuple(i.replace("rank0init_uninit", "rank0init") for i in RANK0_UNINITIALISED)
 
 
 def test_a_construction_that_skips_the_initialisation_is_caught(tmp_path: Path) -> None:
@@ -42,6 +50,36 @@ def test_a_construction_that_skips_the_initialisation_is_caught(tmp_path: Path) 
     details = {c["id"]: c["detail"] for c in results["cells"]}
     assert all("buffer/scale" in details[i] for i in UNINITIALISED), details
     assert code == 1
+
+
+def test_a_rank0_init_that_skips_the_other_ranks_initialisation_is_caught(tmp_path: Path) -> None:
+    """FSDP2 loads a full state only through get/set_state_dict, whose betas tuple comes back a
+    list (the dsd-full-betas-list finding): the control's only differences are that drift, and the
+    broken value's are that drift and rank 1's buffer."""
+    code, results, log = run_cases(
+        tmp_path,
+        "-p",
+        "tests.broken_constructions",
+        "--matrix",
+        "default-product",
+        "-k",
+        " or ".join(RANK0_UNINITIALISED + RANK0_INITIALISED),
+    )
+    details = {c["id"]: c["detail"] for c in results.get("cells", ())}
+    assert set(details) == {*RANK0_UNINITIALISED, *RANK0_INITIALISED}, log[-3000:]
+    drift = "param_groups/0/betas: type drift: expected tuple (0.9, 0.99), got list [0.9, 0.99]"
+    for control in RANK0_INITIALISED:
+        assert _differences(details[control]) == {drift}, details[control]
+    for broken in RANK0_UNINITIALISED:
+        assert _differences(details[broken]) >= {drift}, details[broken]
+        assert "rank 1 local state: buffer/scale: values differ" in details[broken], details[broken]
+        assert "rank 0 local state: buffer/" not in details[broken], details[broken]
+    assert code == 1
+
+
+def _differences(detail: str) -> set[str]:
+    """Each difference of a FAIL's detail, without the state it was found in."""
+    return {line.split(": ", 1)[1] for line in detail.splitlines()[1:] if ": " in line}
 
 
 class OffMeta(nn.Module):
@@ -69,6 +107,35 @@ def test_the_meta_construction_gives_storage_and_initialises() -> None:
     assert tied.head.weight is tied.embed.weight
 
 
+def test_a_rank0_init_builds_by_the_constructor_on_rank_0_only() -> None:
+    from conformance.construction.base import on_meta
+    from conformance.models import model_class
+
+    rank0 = construction_of("rank0init")
+    cls = model_class("mlp_nonpersistent")
+    wrapped_on_meta: dict[int, bool] = {}
+
+    def wrap_at(rank: int) -> Callable[[nn.Module], nn.Module]:
+        def wrap(model: nn.Module) -> nn.Module:
+            wrapped_on_meta[rank] = on_meta(model)
+            return model
+
+        return wrap
+
+    for rank in (0, 1):
+        built = rank0.build(cls, wrap_at(rank), torch.device("cpu"), Materialize.AFTER_WRAP, rank=rank)
+        assert not any(t.is_meta for t in (*built.parameters(), *built.buffers()))
+        assert torch.equal(built.scale, cls().scale)
+    assert wrapped_on_meta == {0: False, 1: True}  # rank 1 wraps a meta model: no values of its own
+
+    def on_the_meta_device() -> nn.Module:
+        with torch.device("meta"):
+            return cls()
+
+    with pytest.raises(NotBuiltOnMeta):  # rank 0 on the meta device would be the meta construction
+        rank0.build(on_the_meta_device, lambda m: m, torch.device("cpu"), Materialize.AFTER_WRAP, rank=0)
+
+
 def test_the_constructors_cells_of_a_covering_ignore_other_constructions() -> None:
     from conformance.matrix.cells import cells
 
@@ -82,4 +149,7 @@ def test_the_constructors_cells_of_a_covering_ignore_other_constructions() -> No
         from conformance.check.registry import CHECKS
 
         for c in meta:
-            assert not any(f.selects(c.axes()) for f in CHECKS[check].features if "meta" not in f.name), c.id
+            from conformance.check.construction_cells import built_on_meta, built_on_rank0
+
+            own = (built_on_meta, built_on_rank0)
+            assert not any(f.selects(c.axes()) for f in CHECKS[check].features if f.selects not in own), c.id

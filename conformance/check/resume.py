@@ -21,6 +21,7 @@ import torch.distributed as dist
 from conformance.case import Case
 from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.compare import compare_states, first_of_each_kind
+from conformance.check.construction_cells import built_on_meta, built_on_rank0, by_constructor
 from conformance.check.phases import PhaseError, Phases, observed_of
 from conformance.check.roundtrip import (
     StrategyFactory,
@@ -30,10 +31,9 @@ from conformance.check.roundtrip import (
     limit_lines,
     preload_hook,
 )
-from conformance.check.roundtrip_cells import built_on_meta, by_constructor
 from conformance.check.slices import LAYOUT_WRAPPERS, MAIN_APIS, MAIN_WRAPPERS, PP_FSDP_WRAPPERS, Slice
 from conformance.check.snapshot import count_elements, full_state, local_state
-from conformance.construction.registry import meta_constructions
+from conformance.construction.registry import meta_constructions, rank0_constructions
 from conformance.layout.builtin import builtin_strategy
 from conformance.observed import Observed
 from conformance.optim.registry import optimizer_names, optimizer_product
@@ -195,6 +195,13 @@ RESUME_META_SLICE = dataclasses.replace(
     models=("mlp_int_buffer", "mlp_nonpersistent"),
     constructions=meta_constructions,
 )
+# rank-0 init (conformance.construction): the full state loaded on every rank or broadcast from rank 0
+RESUME_RANK0_SLICE = dataclasses.replace(
+    RESUME_META_SLICE,
+    name="resume into a model built by rank-0 init",
+    apis=("dsd_full_bcast", "sd_full"),
+    constructions=rank0_constructions,
+)
 # ci: the buffer no state dict holds, through FSDP2's sharded load (tests/broken_constructions.py)
 RESUME_META_CI_SLICE = dataclasses.replace(
     RESUME_META_SLICE,
@@ -223,6 +230,7 @@ CHECK = Check(
                 (RESUME_LAYOUT_SLICE, (2,)),
                 (RESUME_PP_FSDP_SLICE, (4,)),
                 (RESUME_META_SLICE, (2,)),
+                (RESUME_RANK0_SLICE, (2,)),
             ),
             "full": (
                 (RESUME_SLICE, (1, 2, 4)),
@@ -233,6 +241,7 @@ CHECK = Check(
                 (RESUME_LAYOUT_SLICE, (2, 4)),
                 (RESUME_PP_FSDP_SLICE, (4,)),
                 (RESUME_META_SLICE, (1, 2, 4)),
+                (RESUME_RANK0_SLICE, (2, 4)),
             ),
         }
     ),
@@ -243,6 +252,11 @@ CHECK = Check(
             "resume, meta init",
             "the resumed run continues bitwise from a fresh model built on the meta device",
             built_on_meta,
+        ),
+        Feature(
+            "resume, rank-0 init",
+            "the resumed run continues bitwise from a fresh model built by its constructor on rank 0 only",
+            built_on_rank0,
         ),
     ),
     registered=True,

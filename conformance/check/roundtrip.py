@@ -26,6 +26,7 @@ from torch import nn
 from conformance.case import DEFAULT_CONSTRUCTION, Case
 from conformance.check.base import CaseCells, Check, StrategyFactory, Under
 from conformance.check.compare import compare_states, first_of_each_kind
+from conformance.check.construction_cells import META_CI_SLICE, META_SLICE, RANK0_SLICE
 from conformance.check.fused_cells import FUSED_SLICE
 from conformance.check.phases import STATUS_OUTCOMES, Phases, observed_of
 from conformance.check.roundtrip_cells import (
@@ -42,8 +43,6 @@ from conformance.check.roundtrip_cells import (
     LAYOUT_CI_SLICE,
     LAYOUT_MODELS_SLICE,
     LAYOUT_SLICE,
-    META_CI_SLICE,
-    META_SLICE,
     MODEL_SLICE,
     MOE_SLICE,
     OPTIM_OFFLOAD_SLICE,
@@ -144,7 +143,12 @@ def fresh_state(
         return model
 
     model = construction.build(
-        make, lambda m: strategy.wrap(m, ctx), ctx.device, layout_of(case).materialize, seed=seed
+        make,
+        lambda m: strategy.wrap(m, ctx),
+        ctx.device,
+        layout_of(case).materialize,
+        seed=seed,
+        rank=ctx.rank,
     )
     optim, scheduler = build_optimizer(case.optimizer, model, case.model)
     scaler = precision.scaler(ctx.device, replicated=layout_of(case).replicated)
@@ -304,6 +308,7 @@ CHECK = Check(
                 (EP_SLICE, (2, 4)),
                 (PP_FSDP_SLICE, (4,)),  # 2 stages, each FSDP over 2 ranks
                 (META_SLICE, (2,)),
+                (RANK0_SLICE, (2,)),
                 (FUSED_SLICE, (2,)),
             ),
             "full": (
@@ -329,6 +334,7 @@ CHECK = Check(
                 (TP_PROPERTY_SLICE, (2, 4)),
                 (PP_FSDP_SLICE, (2, 4)),
                 (META_SLICE, (1, 2, 4)),
+                (RANK0_SLICE, (2, 4)),
                 (FUSED_SLICE, (2, 4)),
             ),
         }

@@ -4,11 +4,10 @@ columns."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
-from conformance.case import DEFAULT_CONSTRUCTION
 from conformance.check.base import Feature
+from conformance.check.construction_cells import built_on_meta, built_on_rank0, by_constructor
 from conformance.check.slices import (
     EP_WRAPPERS,
     EXPERT_MODELS,
@@ -24,8 +23,6 @@ from conformance.check.slices import (
     TP_WRAPPERS,
     Slice,
 )
-from conformance.construction.registry import is_default as is_default_construction
-from conformance.construction.registry import meta_constructions, on_meta
 from conformance.models import carries
 from conformance.optim.registry import DEFAULT_OPTIMIZER, gate_optimizers, optimizer_names, optimizer_product
 from conformance.precision.registry import (
@@ -168,40 +165,8 @@ FSDP1_TP_SLICE = Slice(
 )
 
 
-# The fresh model built on the meta device (conformance.construction): the models whose state is
-# more than weight matrices (a non-persistent buffer computed in __init__, as a rotary cache's
-# inv_freq; an int buffer; a tie; BatchNorm's running stats), through the full
-# state on every rank, its broadcast from rank 0, and the sharded state
-META_SLICE = Slice(
-    "built on the meta device",
-    MAIN_WRAPPERS,
-    ("dsd_full", "dsd_full_bcast", "dsd_sharded", "sd_full", "sd_sharded"),
-    storages=("dcp", "torch_save"),
-    models=("bn_frozen", "mlp_int_buffer", "mlp_nonpersistent", "tied_transformer"),
-    constructions=meta_constructions,
-)
-META_CI_SLICE = dataclasses.replace(
-    META_SLICE,
-    name="built on the meta device (ci)",
-    apis=("dsd_sharded",),
-    storages=("dcp",),
-    models=("mlp_nonpersistent",),
-)
-
-
 def _basic(axes: Any) -> bool:
     return axes["model"] == "mlp" and is_default(axes["precision"]) and axes["world_size"] != 4
-
-
-def by_constructor(selects: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    """A column's cells among those whose fresh model its constructor built: a cell built another
-    way answers the columns of its construction only (a refusal of the meta device must not read as
-    a tied model's or a buffer's)."""
-    return lambda a: is_default_construction(str(a.get("construction", DEFAULT_CONSTRUCTION))) and selects(a)
-
-
-def built_on_meta(a: Any) -> bool:
-    return on_meta(str(a.get("construction", DEFAULT_CONSTRUCTION)))
 
 
 # The round trip's columns of the feature table.
@@ -312,5 +277,12 @@ FEATURES: tuple[Feature, ...] = (
         "the fresh model built on the meta device, then to_empty() and reset_parameters() (FSDP1's own "
         "materialisation), then the load: a buffer no state dict holds, an int buffer, a tie, BatchNorm's running stats",
         built_on_meta,
+    ),
+    Feature(
+        "rank-0 init",
+        "the fresh model built by its constructor on rank 0 only and on the meta device elsewhere, then "
+        "to_empty() and reset_parameters() there (FSDP1 materialises it itself), then the full state loaded or broadcast "
+        "from rank 0",
+        built_on_rank0,
     ),
 )

@@ -14,7 +14,13 @@ example's `model.reset_parameters()`; torch's own FSDP tests call it on every mo
 manages parameters or buffers of its own); FSDP1 does both itself while wrapping (its documented
 behaviour when the module is on the meta device and no `param_init_fn` is given). Where the
 wrapper needs storage first (DDP broadcasts rank 0's values while wrapping) the model gets it
-before the wrap; a sharding wrapper gets the meta model and each rank gives storage to its shard."""
+before the wrap; a sharding wrapper gets the meta model and each rank gives storage to its shard.
+
+Rank-0 init (`rank0_builds`), as Accelerate's cpu_ram_efficient_loading, transformers' low-memory
+loading and FSDP1's sync_module_states do: rank 0 builds the model by its constructor, every other
+rank on the meta device, and those get storage and their own initialisation as above (the
+non-persistent buffers the state dict does not hold are theirs to compute); the full state is then
+loaded, or broadcast from rank 0 (StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))."""
 
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 
@@ -52,7 +59,12 @@ def on_meta(model: nn.Module) -> bool:
 
 class NotBuiltOnMeta(RuntimeError):
     """The fresh model of a meta-device cell was not on the meta device when it was built: the cell
-    would test the constructor's model under another name (a vacuous pass)."""
+    would test the constructor's model under another name (a vacuous pass). Also raised where a
+    rank-0 init's rank 0 built on the meta device: it would test the meta construction instead."""
+
+
+def _current_rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 @dataclass(frozen=True)
@@ -60,13 +72,19 @@ class Construction:
     """name: the axis value, a word of every cell id but the default's. on_meta: the model is
     built under `torch.device("meta")` and gets its storage where its layout says (Materialize).
     initialise: after `to_empty`, the model's own initialisation (reset_parameters); False leaves
-    the uninitialised storage as it is (what a path that skips it does). description: what it
-    builds."""
+    the uninitialised storage as it is (what a path that skips it does). rank0_builds: rank 0
+    builds by the constructor, and only the other ranks as on_meta says (rank-0 init; with
+    on_meta). description: what it builds."""
 
     name: str
     description: str = ""
     on_meta: bool = False
     initialise: bool = True
+    rank0_builds: bool = False
+
+    def on_meta_at(self, rank: int) -> bool:
+        """Whether this rank builds the fresh model on the meta device."""
+        return self.on_meta and not (self.rank0_builds and rank == 0)
 
     def build(
         self,
@@ -75,11 +93,19 @@ class Construction:
         device: torch.device,
         where: Materialize,
         seed: int = 0,
+        rank: int | None = None,
     ) -> nn.Module:
         """The fresh model: made (by `make`, the model's constructor), wrapped (by `wrap`), and,
-        built on the meta device, given storage on `device` where the layout says."""
-        if not self.on_meta:
-            return wrap(make())
+        built on the meta device, given storage on `device` where the layout says. rank: this
+        rank (default: the process group's, else 0)."""
+        rank = _current_rank() if rank is None else rank
+        if not self.on_meta_at(rank):
+            model = make()
+            if self.rank0_builds and any(
+                t.is_meta for t in itertools.chain(model.parameters(), model.buffers())
+            ):
+                raise NotBuiltOnMeta(f"rank {rank} of a rank-0 init holds meta tensors after its constructor")
+            return wrap(model)
         with torch.device("meta"):
             model = make()
         if not on_meta(model):

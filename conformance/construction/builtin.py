@@ -13,4 +13,11 @@ CONSTRUCTIONS: tuple[Construction, ...] = (
         "on the meta device, then to_empty() and reset_parameters() (by FSDP1 while wrapping), then the load",
         on_meta=True,
     ),
+    Construction(
+        "rank0init",
+        "rank-0 init: the constructor on rank 0, the meta device elsewhere (then to_empty() and "
+        "reset_parameters(), by FSDP1 while wrapping), then the full state loaded or broadcast from rank 0",
+        on_meta=True,
+        rank0_builds=True,
+    ),
 )

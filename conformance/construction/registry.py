@@ -25,10 +25,22 @@ def is_default(name: str) -> bool:
 
 
 def on_meta(name: str) -> bool:
-    """Whether the construction named builds the fresh model on the meta device (a rule's predicate)."""
-    return construction_of(name).on_meta
+    """Whether the construction named builds the fresh model on the meta device on every rank (a
+    rule's predicate; a rank-0 init is not: rank0_init)."""
+    construction = construction_of(name)
+    return construction.on_meta and not construction.rank0_builds
+
+
+def rank0_init(name: str) -> bool:
+    """Whether the construction named builds by the constructor on rank 0 only (a rule's predicate)."""
+    return construction_of(name).rank0_builds
 
 
 def meta_constructions() -> tuple[str, ...]:
-    """Every registered construction on the meta device, sorted (the construction slices' values)."""
-    return tuple(sorted(n for n, c in CONSTRUCTIONS.items() if c.on_meta))
+    """Every registered construction on the meta device on every rank, sorted (the meta slices' values)."""
+    return tuple(sorted(n for n in CONSTRUCTIONS if on_meta(n)))
+
+
+def rank0_constructions() -> tuple[str, ...]:
+    """Every registered rank-0 init, sorted (the rank-0 slices' values)."""
+    return tuple(sorted(n for n in CONSTRUCTIONS if rank0_init(n)))
