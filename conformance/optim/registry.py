@@ -127,14 +127,22 @@ def refuses_low_precision_grads(name: str) -> bool:
 
 def steps_matrices(name: str) -> bool:
     """Whether the optimizer word's optimizer is Muon on the weight matrices (Optimizer.matrices:
-    a rule's predicate, a layout that flattens the parameters refuses it)."""
-    return optimizer_of(name).optimizer.matrices
+    a rule's predicate, a layout that flattens the parameters refuses it; a generated schedule's
+    optimizers are torch's SGD, Adam and AdamW)."""
+    return _a_registered_value(name) and optimizer_of(name).optimizer.matrices
 
 
 def several_optimizers(name: str) -> bool:
     """Whether the optimizer word's optimizer is several torch optimizers (Optimizer.optimizers: a
-    rule's predicate, a state-dict API or a strategy that takes one optimizer refuses it)."""
-    return optimizer_of(name).optimizer.optimizers > 1
+    rule's predicate, a state-dict API or a strategy that takes one optimizer refuses it; a
+    generated schedule's is one)."""
+    return _a_registered_value(name) and optimizer_of(name).optimizer.optimizers > 1
+
+
+def _a_registered_value(name: str) -> bool:
+    """Whether the word names a registered optimizer: not a generated schedule, nor a property's
+    cell before its examples draw one (its word "generated"); theirs are SGD, Adam or AdamW."""
+    return not is_generated_optimizer(name) and optimizer_axes(name)["base_optimizer"] in AXIS.values
 
 
 def covered_late(name: str) -> bool:
