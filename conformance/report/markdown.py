@@ -162,7 +162,7 @@ def _features(
         + "; ".join(f"{f.name}: {f.meaning}" for _, f in features())
         + ".",
         "",
-        pipe_table(table) if table[1] else NO_FEATURE_CELLS,
+        pipe_table(table, tight=True) if table[1] else NO_FEATURE_CELLS,
         "",
     ]
     if idle:

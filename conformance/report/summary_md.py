@@ -38,12 +38,19 @@ _REFERENCE = re.compile(r"\]\[([a-z0-9-]+)\]")
 BOLD = {o.value for o in FAILING} | {"no"}
 
 
-def pipe_table(table: Table) -> str:
+def pipe_table(table: Table, tight: bool = False) -> str:
     """A pipe table without padding (GitHub and every code host render it; padding made the
-    tables megabytes)."""
+    tables megabytes). tight: not even a space beside each pipe (the per-strategy table: 850 rows
+    of 44 columns, 75 KB of spaces)."""
     headers, rows = table
-    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(table_word(v) for v in row) + " |" for row in rows]
+    bar = "|" if tight else " | "
+    edge = ("|", "|") if tight else ("| ", " |")
+
+    def line(words: list[str]) -> str:
+        return edge[0] + bar.join(words) + edge[1]
+
+    out = [line(list(headers)), "|" + "---|" * len(headers)]
+    out += [line([table_word(v) for v in row]) for row in rows]
     return "\n".join(out)
 
 
