@@ -188,7 +188,7 @@ def test_a_registered_strategy_claims_a_layout_like_a_built_in_wrapper() -> None
     ]
     assert {(c.wrapper, c.sharding) for c in cells} == {("fsdp2", "tp")}
     assert {c.mesh for c in cells} == {"1x2", "2x1", "1x4", "2x2", "4x1"}
-    assert {c.model for c in cells} == {"llama", "mlp_scalar"}
+    assert {c.model for c in cells} == {"llama", "llama_fused", "mlp_scalar"}
     assert "mine-fsdp2_tp-sharded-dcp-adamw-llama-w4-mesh2x2" in {c.id for c in cells}
 
 

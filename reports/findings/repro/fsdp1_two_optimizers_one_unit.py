@@ -5,8 +5,7 @@ Saving their state raises through both documented APIs:
   torch.distributed.checkpoint.state_dict.get_state_dict(model, optimizers=[muon, adamw]):
 "0.bias is not in the optimizer state. The FSDPParamInfo has the param keys ['0.bias', '0.weight']
 while the optimizer has the param keys ['0.weight']" (_optim_utils._convert_state_with_orig_params).
-The same model with plain DDP-style parameters, or FSDP2, saves both (the conformance matrix's
-muon_adamw cells pass there). Exits 1 while either API raises, 0 when both give each optimizer's
+The same model with plain DDP-style parameters, or FSDP2, saves both (a plain module and FSDP2 round-trip them bitwise). Exits 1 while either API raises, 0 when both give each optimizer's
 state. One process, world size 1, gloo, CPU; torch only."""
 
 import os
