@@ -69,8 +69,13 @@ def weight_matrices(model_name: str) -> dict[str, bool]:
     its documentation gives embeddings to AdamW). Asked of the plain model: a wrapper may flatten its
     parameters (FSDP1) or shard them."""
     plain = build_model(model_name, seed=0)
-    embeddings = {id(getattr(m, "weight", None)) for m in plain.modules() if isinstance(m, nn.Embedding)}
+    embeddings = _embedding_weights(plain)
     return {n: p.ndim == 2 and id(p) not in embeddings for n, p in plain.named_parameters()}
+
+
+def _embedding_weights(model: nn.Module) -> set[int]:
+    """The ids of the model's embedding weights (Muon's documentation gives them to AdamW)."""
+    return {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
 
 
 def matrix_groups(named: list[tuple[str, nn.Parameter]], model: nn.Module, model_name: str) -> list[dict]:
@@ -82,7 +87,7 @@ def matrix_groups(named: list[tuple[str, nn.Parameter]], model: nn.Module, model
             "an optimizer of weight matrices needs the cell's model (build_optimizer's model_name)"
         )
     plain = weight_matrices(model_name)
-    embeddings = {id(getattr(m, "weight", None)) for m in model.modules() if isinstance(m, nn.Embedding)}
+    embeddings = _embedding_weights(model)
     chosen = [plain.get(clean_name(n), p.ndim == 2 and id(p) not in embeddings) for n, p in named]
     if not any(chosen):
         raise NoWeightMatrix(f"no parameter of the wrapped model is a weight matrix of {model_name}")

@@ -18,7 +18,7 @@ built and stepped as Muon's docstring example does (an OptimizerList, conformanc
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 
 import torch
 

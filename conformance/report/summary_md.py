@@ -43,11 +43,10 @@ def pipe_table(table: Table, tight: bool = False) -> str:
     tables megabytes). tight: not even a space beside each pipe (the per-strategy table: 850 rows
     of 44 columns, 75 KB of spaces)."""
     headers, rows = table
-    bar = "|" if tight else " | "
-    edge = ("|", "|") if tight else ("| ", " |")
+    pad = "" if tight else " "
 
     def line(words: list[str]) -> str:
-        return edge[0] + bar.join(words) + edge[1]
+        return f"|{pad}" + f"{pad}|{pad}".join(words) + f"{pad}|"
 
     out = [line(list(headers)), "|" + "---|" * len(headers)]
     out += [line([table_word(v) for v in row]) for row in rows]

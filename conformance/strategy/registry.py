@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conformance.case import Case, Transfer
+from conformance.optim.registry import several_optimizers
 from conformance.strategy.storage import STORAGES, Storage
 from conformance.strategy.storage.own import OwnFormat
 
@@ -48,13 +49,6 @@ ONE_OPTIMIZER_STRATEGY = (
     "its framework saves or rebuilds (own_training); several optimizers run with the built-in "
     "strategies only"
 )
-
-
-def several_optimizers(name: str) -> bool:
-    """Whether a cell's optimizer word is several torch optimizers (conformance.optim.several)."""
-    from conformance.optim.registry import several_optimizers as several
-
-    return several(name)
 
 
 @dataclass(frozen=True)
