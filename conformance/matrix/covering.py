@@ -10,6 +10,7 @@ same cells in every run, worker and machine, until costs.json or the matrix chan
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 from collections.abc import Iterable, Mapping
@@ -74,6 +75,29 @@ def lost(universe: Iterable[Case], chosen: Iterable[Case], strength: int = 2) ->
     return need - got
 
 
+def _coded_items(rows: list[Row], axes: tuple[str, ...], strength: int) -> list[set[int]]:
+    """items() of each row, each item coded as one int (the same sets up to a one-to-one renaming,
+    so the same choice): each (axis, value) is numbered, a pair (strength 2) is its two numbers as
+    digits in that base, and a row's (layout, API, storage) is numbered above every pair's code."""
+    code: dict[tuple[str, str], int] = {}
+    numbered = [[code.setdefault((a, row[a]), len(code)) for a in axes] for row in rows]
+    base = len(code) + 1
+    met = [axes.index(a) for a in TRIPLE if a in axes]  # a registered strategy has one storage
+    triples: dict[tuple[int, ...], int] = {}
+    out = []
+    combos = list(itertools.combinations(range(len(axes)), strength))
+    for number in numbered:
+        if strength == 2:  # most of the time: spelled out
+            coded = {number[i] * base + number[j] for i, j in combos}
+        else:
+            coded = {functools.reduce(lambda total, i: total * base + number[i], c, 0) for c in combos}
+        if len(met) > strength:
+            triple = tuple(number[i] for i in met)
+            coded.add(base**strength + triples.setdefault(triple, len(triples)))
+        out.append(coded)
+    return out
+
+
 def weighted(
     rows: list[Row], axes: tuple[str, ...], forced: list[int], cost: list[float], strength: int = 2
 ) -> list[int]:
@@ -81,7 +105,7 @@ def weighted(
     most not yet covered pairs and triples per second (lazy greedy set cover, ties broken by the
     row's values: deterministic), then every unforced row whose items all other chosen rows
     cover is dropped, the costliest first. Within a factor ln(items) of the cheapest cover."""
-    sets = [items(r, axes, strength) for r in rows]
+    sets = _coded_items(rows, axes, strength)
     keys = [_key(r, axes) for r in rows]
     chosen = set(forced)
     covered: set[tuple[str, ...]] = set().union(*(sets[i] for i in chosen)) if chosen else set()

@@ -31,15 +31,20 @@ class Rule:
 
     def matches(self, axes: dict[str, Any]) -> bool:
         """Whether a cell with these axes (Case.axes, Transfer.axes) matches."""
-        return all(_holds(v, axes[k]) for k, v in self.when.items())
+        for key, condition in self.when.items():  # noqa: SIM110 (a loop: every cell meets every rule, all() of a generator costs more)
+            if not _holds(condition, axes[key]):
+                return False
+        return True
 
 
 def _holds(condition: Any, value: Any) -> bool:
     """A rule's condition on one axis: a value, a tuple of values, or a predicate of the value
     (an axis object's property: `mixed` for a precision, `in_param_groups` for an optimizer)."""
+    if isinstance(condition, tuple):
+        return value in condition
     if callable(condition):
         return bool(condition(value))
-    return value in (condition if isinstance(condition, tuple) else (condition,))
+    return value == condition
 
 
 def _template_rules_apply(check: str) -> bool:
