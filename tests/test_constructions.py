@@ -149,7 +149,11 @@ def test_the_constructors_cells_of_a_covering_ignore_other_constructions() -> No
         from conformance.check.registry import CHECKS
 
         for c in meta:
-            from conformance.check.construction_cells import built_on_meta, built_on_rank0
+            from conformance.check.construction_cells import (
+                built_on_meta,
+                built_on_rank0,
+                built_on_rank0_uninitialised,
+            )
 
-            own = (built_on_meta, built_on_rank0)
+            own = (built_on_meta, built_on_rank0, built_on_rank0_uninitialised)
             assert not any(f.selects(c.axes()) for f in CHECKS[check].features if f.selects not in own), c.id

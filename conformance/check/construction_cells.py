@@ -11,7 +11,13 @@ from typing import Any
 from conformance.case import DEFAULT_CONSTRUCTION
 from conformance.check.slices import MAIN_WRAPPERS, Slice
 from conformance.construction.registry import is_default as is_default_construction
-from conformance.construction.registry import meta_constructions, on_meta, rank0_constructions, rank0_init
+from conformance.construction.registry import (
+    meta_constructions,
+    on_meta,
+    rank0_constructions,
+    rank0_init,
+    skips_initialisation,
+)
 
 # The fresh model built on the meta device (conformance.construction): the models whose state is
 # more than weight matrices (a non-persistent buffer computed in __init__, as a rotary cache's
@@ -56,4 +62,12 @@ def built_on_meta(a: Any) -> bool:
 
 
 def built_on_rank0(a: Any) -> bool:
-    return rank0_init(str(a.get("construction", DEFAULT_CONSTRUCTION)))
+    """A rank-0 init by the documented recipe (the other ranks' own initialisation included)."""
+    construction = str(a.get("construction", DEFAULT_CONSTRUCTION))
+    return rank0_init(construction) and not skips_initialisation(construction)
+
+
+def built_on_rank0_uninitialised(a: Any) -> bool:
+    """A rank-0 init whose other ranks skip their own initialisation (a pitfall on purpose)."""
+    construction = str(a.get("construction", DEFAULT_CONSTRUCTION))
+    return rank0_init(construction) and skips_initialisation(construction)

@@ -21,7 +21,12 @@ import torch.distributed as dist
 from conformance.case import Case
 from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.compare import compare_states, first_of_each_kind
-from conformance.check.construction_cells import built_on_meta, built_on_rank0, by_constructor
+from conformance.check.construction_cells import (
+    built_on_meta,
+    built_on_rank0,
+    built_on_rank0_uninitialised,
+    by_constructor,
+)
 from conformance.check.phases import PhaseError, Phases, observed_of
 from conformance.check.roundtrip import (
     StrategyFactory,
@@ -257,6 +262,12 @@ CHECK = Check(
             "resume, rank-0 init",
             "the resumed run continues bitwise from a fresh model built by its constructor on rank 0 only",
             built_on_rank0,
+        ),
+        Feature(
+            "resume, rank-0 init, no reset",
+            "a pitfall on purpose: the resumed run continues bitwise from a rank-0 init whose other ranks "
+            "skip their reset_parameters()",
+            built_on_rank0_uninitialised,
         ),
     ),
     registered=True,

@@ -7,7 +7,12 @@ import dataclasses
 from typing import Any
 
 from conformance.check.base import Feature
-from conformance.check.construction_cells import built_on_meta, built_on_rank0, by_constructor
+from conformance.check.construction_cells import (
+    built_on_meta,
+    built_on_rank0,
+    built_on_rank0_uninitialised,
+    by_constructor,
+)
 from conformance.check.slices import (
     EP_WRAPPERS,
     EXPERT_MODELS,
@@ -284,5 +289,12 @@ FEATURES: tuple[Feature, ...] = (
         "to_empty() and reset_parameters() there (FSDP1 materialises it itself), then the full state loaded or broadcast "
         "from rank 0",
         built_on_rank0,
+    ),
+    Feature(
+        "rank-0 init, no reset",
+        "a pitfall on purpose: rank-0 init as broadcast_from_rank0's StateDictOptions describes it, "
+        "the other ranks' to_empty() and the load without their reset_parameters(): what no state dict "
+        "holds (a non-persistent buffer) is left as to_empty() gave it",
+        built_on_rank0_uninitialised,
     ),
 )

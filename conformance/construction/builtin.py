@@ -20,4 +20,14 @@ CONSTRUCTIONS: tuple[Construction, ...] = (
         on_meta=True,
         rank0_builds=True,
     ),
+    Construction(
+        "rank0bcast",
+        "a pitfall on purpose: rank-0 init as broadcast_from_rank0's StateDictOptions describes it (rank 0 "
+        "holds the full state and broadcasts it): the constructor on rank 0, the meta device elsewhere, then "
+        "to_empty() and the load, without the model's own reset_parameters(); what no state dict holds (a "
+        "non-persistent buffer) keeps the storage to_empty() gave it",
+        on_meta=True,
+        rank0_builds=True,
+        initialise=False,
+    ),
 )

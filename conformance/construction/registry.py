@@ -36,6 +36,14 @@ def rank0_init(name: str) -> bool:
     return construction_of(name).rank0_builds
 
 
+def skips_initialisation(name: str) -> bool:
+    """Whether the construction named leaves the model's own initialisation out after to_empty() (a
+    pitfall on purpose, with columns of its own; a rule's predicate: a wrapper that materialises a
+    meta-device module itself cannot skip it)."""
+    construction = construction_of(name)
+    return construction.on_meta and not construction.initialise
+
+
 def meta_constructions() -> tuple[str, ...]:
     """Every registered construction on the meta device on every rank, sorted (the meta slices' values)."""
     return tuple(sorted(n for n in CONSTRUCTIONS if on_meta(n)))

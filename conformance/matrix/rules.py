@@ -13,6 +13,8 @@ from conformance.check.slices import (
     ONE_FILE_STORAGES,
     PER_RANK_STORAGES,
 )
+from conformance.construction.base import Materialize
+from conformance.construction.registry import skips_initialisation
 from conformance.layout.registry import layout_of
 from conformance.models import MODELS, RESHAPED
 from conformance.optim.registry import refuses_low_precision_grads, several_optimizers, steps_with_closure
@@ -138,10 +140,21 @@ DROPS_GRAD_DTYPE = (
 )
 
 
+# A wrapper that materialises a meta-device module itself runs the module's own initialisation
+WRAPPER_INITIALISES = (
+    {"construction": skips_initialisation},
+    "the wrapper materialises a module on the meta device itself (to_empty() and reset_parameters() "
+    "while wrapping, as documented): no path under it skips the model's own initialisation",
+)
+
+
 def layout_rules(case: Case) -> tuple[Rule, ...]:
     """What the cell's layout refuses by design (conformance.layout: a registered layout's too)."""
     layout = layout_of(case)
-    return _own_rules(case, layout.refusals + (() if layout.keeps_grad_dtype else (DROPS_GRAD_DTYPE,)))
+    own = layout.refusals + (() if layout.keeps_grad_dtype else (DROPS_GRAD_DTYPE,))
+    if layout.materialize is Materialize.BY_WRAPPER:
+        own += (WRAPPER_INITIALISES,)
+    return _own_rules(case, own)
 
 
 ONE_OPTIMIZER_API = (

@@ -1,29 +1,3 @@
-# A rank-0 init by the letter of `broadcast_from_rank0` leaves non-persistent buffers unset
-
-Status: a finding candidate without a cell yet (found 2026-12-07 while adding the `rank0init`
-construction; issue 50). The matrix's `rank0init` cells follow torch's documented meta-device
-recipe on the ranks other than 0 (`to_empty()`, `tie_weights()`, `reset_parameters()`, then the
-load), and pass but for known findings. Loading straight into the meta model, as
-`StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)` describes it ("rank0 should
-receive a full state_dict and will broadcast the tensors in the state_dict") and Accelerate's
-`fsdp2_load_full_state_dict` applies it, is not a cell: the harness builds the optimizer before
-the load, and that load assigns new parameter objects.
-
-What happens (torch 2.13.0, CPU, gloo, 2 processes): rank 0 holds the model built by its
-constructor, rank 1 the same model on the meta device; both `fully_shard`, then
-`set_model_state_dict` with the options above. Rank 1's non-persistent buffer (a rotary
-`inv_freq` computed in `__init__`) stays on the meta device, no error, no warning; with
-`to_empty()` before the load it holds uninitialised memory (`-6.39e9, 4.56e-41, ...`). A
-non-persistent buffer is in no state dict, so nothing broadcasts it. Downstream the same bug was
-fixed many times (LlamaFactory#10820, lmms-engine#185, SkyRL#1725, transformers#45902/#48932/#45649,
-accelerate#3921; torchtitan#612 recomputes its rope buffers in its own init); no pytorch/pytorch
-issue reports it for `broadcast_from_rank0` (related, closed: #124651, #125338, #122801, #178569).
-
-What a cell needs: a load API that builds the optimizer after the model's load (the strategy
-protocol's one `load` does not split), then the script below becomes its finding's repro
-(impact: corrupts, all devices).
-
-```python
 """Rank-0 init through set_model_state_dict(broadcast_from_rank0=True), as StateDictOptions
 documents it and Accelerate's cpu_ram_efficient_loading uses it: rank 0 builds the model by its
 constructor, rank 1 on the meta device; both fully_shard; rank 0 passes the full state dict, rank 1
@@ -107,4 +81,3 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-```
