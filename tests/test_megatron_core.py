@@ -49,7 +49,7 @@ def test_a_load_that_leaves_the_optimizer_out_is_caught(pool: WorldPool) -> None
     broken = dataclasses.replace(MEGATRON_DIST_CKPT, factory=broken_megatron_core.leaves_the_optimizer_out)
     result = run_case(pool, cell_of(MEGATRON_DIST_CKPT), backend="gloo", timeout_s=180, registered=broken)
     assert result.outcome is Outcome.FAIL, result.detail
-    assert "exp_avg" in result.detail, result.detail
+    assert "optim/" in result.detail, result.detail  # its step and moments, missing or fresh
 
 
 def test_megatron_fsdp_skips_on_gloo_saying_why() -> None:
