@@ -210,6 +210,8 @@ def test_a_venv_gets_the_checkpoint_libraries_its_torch_takes_and_every_new_adap
         "cloudpickle",
         "orjson",
         "importlib_metadata",
+        "megatron-core==0.16.1",
+        "megatron-fsdp==0.6.1",
     ]
     assert libraries_for("2.13.0", no_deps=True) == [
         "torchtitan==0.3.0",
@@ -268,6 +270,8 @@ def test_each_library_is_pinned_in_one_place() -> None:
             "cloudpickle",
             "orjson",
             "importlib_metadata",
+            "megatron-core==0.16.1",
+            "megatron-fsdp==0.6.1",
         ],
         [
             "--no-deps",

@@ -67,6 +67,10 @@ LIBRARY_PACKAGES: dict[str, Library] = {
     # transformers, safetensors, huggingface_hub, fsspec and yaml, all of which transformers'
     # requirements install. It requires torch>=2.8 (async save >=2.9); tried with torch 2.13 only
     "nemo-automodel": Library("nemo-automodel==0.7.0", (2, 13), no_deps=True),
+    # megatron-core requires torch>=2.6, numpy, packaging (its extras pull TE, apex-like CUDA stacks:
+    # not installed); megatron-fsdp torch, einops, packaging. Installed and run beside torch 2.13 only
+    "megatron-core": Library("megatron-core==0.16.1", (2, 13)),
+    "megatron-fsdp": Library("megatron-fsdp==0.6.1", (2, 13)),
     # its CPU backend's shared-memory op prebuilt (conformance/adapters/deepspeed.py)
     "deepspeed": Library("deepspeed==0.19.8", (2, 13), build_env=(("DS_BUILD_SHM_COMM", "1"),)),
 }
