@@ -18,7 +18,9 @@ transformers needs a PreTrainedModel: `pretrained_class` puts the cell's plain m
 (its config names the model; a model whose weights are tied, the tied transformer, declares the
 tie as a transformers model does, `_tied_weights_keys` with `tie_word_embeddings`), the way a
 user's own architecture becomes a transformers model. The hygiene check reads the export in one
-process with `from_pretrained` and loads it into the plain model, strict=True.
+process with `from_pretrained` and loads it into the plain model, strict=True; `export_problems`
+holds the files' key set to the one transformers writes for the plain model itself (no key twice,
+none missing or added) and the reloaded model to the plain model's ties.
 """
 
 from __future__ import annotations
@@ -70,6 +72,19 @@ def pretrained_class() -> type:
             self._tied_weights_keys = {PREFIX + k: PREFIX + v for k, v in config.tied.items()}
             self.post_init()
 
+        def get_input_embeddings(self) -> nn.Module:
+            """The module whose weight a tie shares (a tied transformers model names its input
+            embeddings; PEFT asks for them to find the layers tied to them)."""
+            if not self.config.tied:
+                return super().get_input_embeddings()
+            return self.model.get_submodule(next(iter(self.config.tied.values())).rpartition(".")[0])
+
+        def get_output_embeddings(self) -> nn.Module | None:
+            """The module that holds the tied copy (a tied model's output embeddings), or None."""
+            if not self.config.tied:
+                return None
+            return self.model.get_submodule(next(iter(self.config.tied)).rpartition(".")[0])
+
         def _init_weights(self, module: nn.Module) -> None:
             pass  # the plain model's own initialisation; every weight is then loaded
 
@@ -88,6 +103,56 @@ def read_export(path: Path) -> StateDict:
     """The plain model's state dict of an export, as `from_pretrained` gives it (one process)."""
     loaded = pretrained_class().from_pretrained(str(path))
     return {k.removeprefix(PREFIX): v for k, v in loaded.state_dict().items()}
+
+
+def export_keys(path: Path) -> list[str]:
+    """Every tensor name an export's safetensors files hold (a name two files hold, twice)."""
+    from safetensors import safe_open
+
+    keys: list[str] = []
+    for file in sorted(path.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            keys += list(f.keys())
+    return keys
+
+
+@functools.cache
+def own_export_keys(model_name: str) -> tuple[str, ...]:
+    """The tensor names transformers' own `save_pretrained` writes for the plain model (in one
+    process, no wrapper): the plain model's state-dict keys, a tied copy left to the tie."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pretrained_class()(config_of(model_name)).save_pretrained(tmp)
+        return tuple(sorted(export_keys(Path(tmp))))
+
+
+def export_problems(path: Path, model_name: str) -> list[str]:
+    """What keeps an export from the form transformers' own export of the plain model takes: a
+    key its files hold twice, lack or add (a duplicate or a missing key is one even where every
+    value is right), and a model that `from_pretrained` gives back with other ties than the
+    plain model's."""
+    keys, own = export_keys(path), own_export_keys(model_name)
+    plain = build_model(model_name, 0)
+    problems = []
+    left_to_ties = {PREFIX + k for k in plain.state_dict()} - set(own)
+    if not left_to_ties <= {PREFIX + k for k in tied_names(plain)}:
+        problems.append(
+            f"transformers' own export of the plain model lacks {sorted(left_to_ties)[:3]}, no tie"
+        )
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    for what, names in (
+        ("held twice", twice),
+        ("missing", sorted(set(own) - set(keys))),
+        ("not the plain model's", sorted(set(keys) - set(own))),
+    ):
+        if names:
+            problems.append(f"export keys {what}: {len(names)}, e.g. {names[:3]}")
+    loaded = pretrained_class().from_pretrained(str(path))
+    ties, plain_ties = tied_names(loaded.model), tied_names(plain)
+    if ties != plain_ties:
+        problems.append(f"the reloaded model's ties are {ties}; the plain model's, {plain_ties}")
+    return problems
 
 
 @dataclass(frozen=True)
@@ -131,6 +196,9 @@ class TransformersExport:
 
     def read_model_state(self, path: Path) -> StateDict:
         return read_export(path)
+
+    def export_problems(self, path: Path) -> list[str]:
+        return export_problems(path, self.case.model)
 
 
 TRANSFORMERS = RegisteredStrategy(

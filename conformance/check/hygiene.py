@@ -9,7 +9,9 @@ plain tensors, not DTensors or ShardedTensors; the dtype of the model's own tens
 mixed-precision checkpoint must hold the fp32 weights); no non-persistent buffer; does it load
 into the plain model with strict=True; and are the values those the saving world trained,
 bitwise: the parameters and the persistent buffers (a buffer a wrapper kept in a lower precision
-for compute, exactly upcast).
+for compute, exactly upcast). A strategy whose export is not the trained model itself says what
+it must hold (`export_of`: an adapter merged into its base) and checks the export's own form
+(`export_problems`: its files' key set, the reloaded model's ties).
 """
 
 from __future__ import annotations
@@ -109,6 +111,12 @@ def hygiene_problems(
         (f"buffer/{name}", b.detach().clone()) for name, b in plain.named_buffers() if name in own
     )  # the persistent buffers: a counter or running stats the checkpoint must carry, bitwise
     want = {k: _as_saved(v, got[k]) for k, v in expected.items() if k in got}
+    if not any(k.startswith("param/") for k in want):  # names of another model: nothing compared
+        named = sorted(expected)[:3]
+        return [
+            *problems,
+            f"no trained value to compare: the expected state names no parameter of it, {named}",
+        ]
     for key in [k for k in want if k.startswith("buffer/")]:
         kept = (_as_saved(c[key], got[key]) for c in copies if key in c)
         want[key] = next((s for s in kept if not compare_states({key: s}, {key: got[key]})), want[key])
@@ -132,9 +140,17 @@ def _as_saved(live: Any, loaded: torch.Tensor) -> Any:
 @one_process  # as an inference user reads it: no process group
 def inspect_phase(ctx: RankContext, spec: InspectSpec) -> dict[str, Any]:
     strategy = strategy_under_test(spec.strategy_factory, spec.case)
-    state = strategy.read_model_state(Path(spec.directory))  # type: ignore[attr-defined]
+    path = Path(spec.directory)
+    state = strategy.read_model_state(path)  # type: ignore[attr-defined]
     plain = build_model(spec.case.model, seed=0, rank=0, world_size=spec.case.world_size)
-    problems = hygiene_problems(state, plain, spec.expected, spec.buffer_copies)
+    # an export that is not the trained model itself (an adapter merged into its base) holds what
+    # the strategy's export_of makes of the trained state, in one process
+    export_of = getattr(strategy, "export_of", None)
+    expected = export_of(spec.expected) if export_of is not None else spec.expected
+    problems = hygiene_problems(state, plain, expected, spec.buffer_copies)
+    export_problems = getattr(strategy, "export_problems", None)
+    if export_problems is not None:  # the export's own form: its files' key set, its ties
+        problems += export_problems(path)
     return {
         "problems": limit_lines(problems),
         "observed": [verdict("hygiene", p) for p in problems],

@@ -105,6 +105,12 @@ class Strategy(Protocol):
     Optional: `read_model_state(path) -> dict` for full checkpoints: the model state dict the
     checkpoint holds, read in one process without a process group, as export or inference
     code would consume it (the hygiene check loads it into the plain model, strict=True).
+    Beside it, for an export that is not the trained model itself or that has a form of its own:
+    `export_of(expected) -> dict`, what the export must hold in the plain model's names (`param/`
+    and `buffer/` keys), computed in one process from the saving world's canonical state (an
+    adapter merged into its base), and `export_problems(path) -> list[str]`, what keeps the
+    export from the form its library's own export of the plain model takes (its files' key set,
+    the ties of the model it loads as).
 
     Optional: `own_training(state, ctx) -> TrainState` for a framework that builds the
     optimizer and the LR scheduler itself (conformance.strategy.owned).

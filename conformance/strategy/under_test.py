@@ -1,7 +1,7 @@
 """The strategy as a check calls it: every call into it is code under test.
 
 An exception escaping the strategy's constructor, `wrap`, `save`, `load`, `load_before_wrap`,
-`read_model_state` or `own_training` (and the framework code they call) is the cell's `error`; anything else
+`read_model_state`, `export_of`, `export_problems` or `own_training` (and the framework code they call) is the cell's `error`; anything else
 that raises on a rank is the harness's (conformance.world.attribution).
 """
 
@@ -22,6 +22,8 @@ from conformance.world.attribution import code_under_test
 OPTIONAL_METHODS = (
     "load_before_wrap",
     "read_model_state",
+    "export_of",
+    "export_problems",
     "own_training",
     "held",
     "shard_group_size",
