@@ -1,5 +1,6 @@
 """DeepSpeed's ZeRO checkpoints (deepspeed 0.19.8): `engine.save_checkpoint` and
-`engine.load_checkpoint` of the engine `deepspeed.initialize` returns, at ZeRO stages 1, 2, 3.
+`engine.load_checkpoint` of the engine `deepspeed.initialize` returns, at ZeRO stages 1, 2, 3,
+and under AutoTP's tensor parallelism (its layouts: conformance/adapters/deepspeed_autotp.py).
 
 Called as DeepSpeed's getting-started guide trains and checkpoints
 (https://www.deepspeed.ai/getting-started/):
@@ -354,7 +355,7 @@ ZERO = RegisteredStrategy(
     requires=(DIST,),
     imports=IMPORTS,
     description="DeepSpeed's engine (deepspeed.initialize with the cell's optimizer and scheduler, ZeRO "
-    "stage 1, 2 or 3, fp32, its bf16 mode or its fp16 mode with its loss scaler): save_checkpoint and load_checkpoint into a fresh engine, as its guide calls them",
+    "stage 1, 2 or 3 or AutoTP over ZeRO-1, fp32, its bf16 mode or its fp16 mode with its loss scaler): save_checkpoint and load_checkpoint into a fresh engine, as its guide calls them",
     skips_on=skips_on,
 )
 
