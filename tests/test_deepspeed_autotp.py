@@ -103,11 +103,13 @@ def test_a_load_that_leaves_one_tp_shard_fresh_is_caught(pool: WorldPool) -> Non
 
 
 @needs_deepspeed
-def test_autotp_that_splits_nothing_fails_the_sanity_check(pool: WorldPool) -> None:
+def test_autotp_that_splits_nothing_is_an_error_never_a_pass(pool: WorldPool) -> None:
+    """AutoTP configured with an autotp_size of 1: the adapter says the plan's layers were not
+    split (the sanity check would say every rank holds the whole model)."""
     broken = dataclasses.replace(ZERO, factory=broken_deepspeed.splits_nothing)
     result = run_case(pool, cell("roundtrip", ROUNDTRIP_2D), backend="gloo", timeout_s=240, registered=broken)
-    assert result.outcome is Outcome.FAIL, result.detail
-    assert "silently replicated" in result.detail, result.detail
+    assert result.outcome is Outcome.ERROR, result.detail
+    assert "AutoTP did not split ^fc1\\.weight$ column-wise" in result.detail, result.detail
 
 
 @needs_deepspeed

@@ -178,6 +178,7 @@ class DeepSpeedZero:
         engine, optimizer, _, scheduler = deepspeed.initialize(
             model=state.model, optimizer=state.optim, lr_scheduler=state.scheduler, config=self.config()
         )
+        autotp.check_groups(self.case, ctx.rank, state.model)
         fp16 = self._fp16()
         if fp16:
             dtypes = {p.dtype for p in engine.module.parameters() if p.is_floating_point()}

@@ -167,6 +167,37 @@ def carries_its_own_info(engine: Any) -> bool:
     return getattr(engine.module, UNIVERSAL_CHECKPOINT_INFO, None) is not None
 
 
+def check_groups(case: Case, rank: int, model: nn.Module) -> None:
+    """After deepspeed.initialize: AutoTP split each weight of the plan as its spec says (a
+    spec that matched nothing leaves the layer whole, and a cell would say nothing of it), the
+    tensor-parallel group DeepSpeed built is the one the layout feeds the same batches
+    (consecutive ranks), and this process has the layout registered (else each rank of a group
+    would train on batches of its own)."""
+    if not is_autotp(case) or tp_degree(case) == 1:  # one rank: AutoTP splits nothing, builds no group
+        return
+    import torch.distributed as dist
+
+    from conformance.layout.registry import layout_of
+
+    if not isinstance(layout_of(case), AutoTpLayout):
+        raise RuntimeError(f"the layout {case.wrapper} {case.sharding} is not registered in this process")
+    params = dict(model.named_parameters())
+    for spec in tensor_parallel_config(case)["tensor_parallel"]["partition_config"]["layer_specs"]:
+        names = [n for n in params if re.match(spec["patterns"][0], n)]
+        split = [getattr(params[n], META, {}).get("partition_type") for n in names]
+        if not names or split != [spec["partition_type"]] * len(names):
+            raise RuntimeError(
+                f"AutoTP did not split {spec['patterns'][0]} {spec['partition_type']}-wise: {split}"
+            )
+    group, size = _tp_group()
+    first = rank // size * size
+    ranks = dist.get_process_group_ranks(group)
+    if size != tp_degree(case) or ranks != list(range(first, first + size)):
+        raise RuntimeError(
+            f"DeepSpeed's tensor-parallel group is ranks {ranks}, not {tp_degree(case)} from {first}"
+        )
+
+
 def by_name(model: nn.Module, groups: list[list[str]]) -> list[list[nn.Parameter]]:
     """The cell's param groups over the model's parameters after deepspeed.initialize: AutoTP
     replaces the layers it splits, and their parameters with their shards."""
