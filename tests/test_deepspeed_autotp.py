@@ -121,3 +121,14 @@ def test_the_data_parallel_universal_info_under_autotp_never_passes(pool: WorldP
     result = run_case(pool, reshard, backend="gloo", timeout_s=240, registered=broken)
     assert result.outcome is Outcome.ERROR, result.detail
     assert "full param numel" in result.detail, result.detail
+
+
+def test_autotp_takes_the_default_and_full_cells_never_cis() -> None:
+    """The layouts declare the matrix declarations they take (Layout.declarations): the ci
+    profile, which .ci/run gates on, keeps its cells."""
+    for row in (ZERO, UNIVERSAL):
+        for check in row.supports.checks:
+            assert not [c.id for c in CHECKS[check].strategy_cells("ci", row) if "autotp" in c.id]
+    for declaration in ("default", "full"):
+        reshards = CHECKS["reshard"].strategy_cells(declaration, UNIVERSAL)
+        assert {c.save.sharding for c in reshards if isinstance(c, Transfer)} >= {"autotp", "autotp2_zero1"}

@@ -97,6 +97,8 @@ NOT_2D = (
     ({"world_size": 2, "check": ("corrupt", "lifecycle")}, AT_TWO),
     ({"world_size": 1}, "at one rank it splits nothing: the autotp layout's cells load and save at one rank"),
 )
+# the default and full profiles' cells; none in ci (the gate's declaration, its baseline unchanged)
+DECLARATIONS = ("default", "full")
 REFUSALS = {"autotp": (), "autotp2_zero1": NOT_2D}
 
 LAYOUTS = tuple(
@@ -108,6 +110,7 @@ LAYOUTS = tuple(
             apis={},
             refusals=(NO_TP_PLAN, NO_RANK_FILES, *REFUSALS[sharding]),
             degree=degree,
+            declarations=DECLARATIONS,
         )
     )
     for sharding, degree in TP_DEGREE.items()
