@@ -3,6 +3,7 @@ of its state could go wrong (module-level: the ranks import the factories by nam
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,3 +130,88 @@ def restarts_the_loss_scale(case: Case) -> DeepSpeedZero:
 
 def leaves_fp16_unconfigured(case: Case) -> DeepSpeedZero:
     return LeavesFp16Unconfigured(case)
+
+
+def _fresh_on_the_last_rank(state: TrainState, ctx: RankContext, load: Callable[[], None]) -> None:
+    """Runs the load, then puts back on the last rank the parameters and fp32 master partitions
+    it had before: under AutoTP, that rank's tensor-parallel shards stay fresh."""
+    view = _view(state)
+    params = [p.detach().clone() for p in state.model.parameters()]
+    flats = [flat.detach().clone() for group in range(len(view.groups)) for flat in view._flats(group)]
+    load()
+    if ctx.rank == ctx.world_size - 1:
+        with torch.no_grad():
+            for param, fresh in zip(state.model.parameters(), params, strict=True):
+                param.copy_(fresh)
+            live = [flat for group in range(len(view.groups)) for flat in view._flats(group)]
+            for flat, fresh in zip(live, flats, strict=True):
+                flat.copy_(fresh)
+
+
+@dataclass(frozen=True)
+class LeavesOneShardFresh(DeepSpeedZero):
+    """AutoTP: a load after which the last tensor-parallel rank keeps its fresh shards (its
+    parameters and fp32 masters as built), the others the checkpoint's: each rank's state is
+    consistent in itself; only the whole, gathered over the tensor-parallel group, is wrong."""
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        _fresh_on_the_last_rank(state, ctx, lambda: super(LeavesOneShardFresh, self).load(state, path, ctx))
+
+
+@dataclass(frozen=True)
+class UniversalLeavesOneShardFresh(DeepSpeedUniversal):
+    """The universal load at another tensor-parallel size, the last rank's shards left fresh."""
+
+    def load(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        _fresh_on_the_last_rank(
+            state, ctx, lambda: super(UniversalLeavesOneShardFresh, self).load(state, path, ctx)
+        )
+
+
+@dataclass(frozen=True)
+class SplitsNothing(DeepSpeedZero):
+    """AutoTP configured with an autotp_size of 1 in a world of several ranks: DeepSpeed splits
+    no layer and ZeRO-1 runs over every rank, which a cell would report as tensor parallelism."""
+
+    def config(self) -> dict[str, Any]:
+        config = super().config()
+        config["tensor_parallel"]["autotp_size"] = 1
+        return config
+
+
+@dataclass(frozen=True)
+class UniversalPassesAnEmptyInfo(DeepSpeedUniversal):
+    """The universal save under AutoTP with the client_state the data-parallel universal row
+    passes ({UNIVERSAL_CHECKPOINT_INFO: {}}): save_checkpoint lets it replace the engine's own
+    record of how AutoTP split each parameter."""
+
+    def save(self, state: TrainState, path: Path, ctx: RankContext) -> None:
+        from deepspeed.checkpoint import UNIVERSAL_CHECKPOINT_INFO
+
+        engine = state.engine
+        original = engine.save_checkpoint  # type: ignore[union-attr]
+
+        def with_info(*args: Any, **kwargs: Any) -> Any:
+            return original(*args, **{**kwargs, "client_state": {UNIVERSAL_CHECKPOINT_INFO: {}}})
+
+        engine.save_checkpoint = with_info  # type: ignore[union-attr]
+        try:
+            super().save(state, path, ctx)
+        finally:
+            del engine.save_checkpoint  # type: ignore[union-attr]
+
+
+def leaves_one_shard_fresh(case: Case) -> DeepSpeedZero:
+    return LeavesOneShardFresh(case)
+
+
+def universal_leaves_one_shard_fresh(case: Case) -> DeepSpeedZero:
+    return UniversalLeavesOneShardFresh(case)
+
+
+def splits_nothing(case: Case) -> DeepSpeedZero:
+    return SplitsNothing(case)
+
+
+def universal_passes_an_empty_info(case: Case) -> DeepSpeedZero:
+    return UniversalPassesAnEmptyInfo(case)

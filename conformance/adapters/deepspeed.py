@@ -1,5 +1,6 @@
 """DeepSpeed's ZeRO checkpoints (deepspeed 0.19.8): `engine.save_checkpoint` and
-`engine.load_checkpoint` of the engine `deepspeed.initialize` returns, at ZeRO stages 1, 2, 3.
+`engine.load_checkpoint` of the engine `deepspeed.initialize` returns, at ZeRO stages 1, 2, 3,
+and under AutoTP's tensor parallelism (its layouts: conformance/adapters/deepspeed_autotp.py).
 
 Called as DeepSpeed's getting-started guide trains and checkpoints
 (https://www.deepspeed.ai/getting-started/):
@@ -47,6 +48,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from conformance.adapters import deepspeed_autotp as autotp
 from conformance.adapters.deepspeed_view import LossScalerView, ZeroView
 from conformance.case import Case, Transfer
 from conformance.models import model_class
@@ -60,7 +62,8 @@ from conformance.world import RankContext
 DIST = "deepspeed"
 # what its cells import: deepspeed.initialize, the checkpoint engine, the universal conversion
 IMPORTS = ("deepspeed", "deepspeed.checkpoint.ds_to_universal")
-STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
+# the ZeRO stages, and AutoTP's layouts over ZeRO-1 (conformance/adapters/deepspeed_autotp.py)
+STAGES = {"zero1": 1, "zero2": 2, "zero3": 3} | dict.fromkeys(autotp.TP_DEGREE, autotp.ZERO_STAGE)
 LAYOUTS: tuple[tuple[str, str], ...] = tuple(("deepspeed", s) for s in STAGES)
 
 
@@ -74,14 +77,17 @@ def _as_in_a_fresh_process() -> None:
     (deepspeed.utils.groups). A warm world destroys each cell's groups with torch.distributed,
     which DeepSpeed does not see (its own deepspeed.comm.destroy_process_group drops its
     references): a later cell's initialize would broadcast over a destroyed group ("Group ...
-    is not registered"). When the cached group is no longer torch's, drop DeepSpeed's
-    references as its destroy_process_group does, so that every cell starts as in a new process."""
+    is not registered"). When a cached group (the world's clone, AutoTP's tensor-, model- and
+    data-parallel groups) is no longer torch's, drop DeepSpeed's references as its
+    destroy_process_group does, so that every cell starts as in a new process; AutoTP's
+    process-wide mode is reset as DeepSpeed's own AutoTP tests reset it between engines."""
     from deepspeed.utils import groups
     from torch.distributed.distributed_c10d import _world
 
-    cached = groups._WORLD_GROUP
-    if cached is not None and cached not in _world.pg_map:
+    cached = (groups._WORLD_GROUP, *autotp.cached_groups(groups))
+    if any(group is not None and group not in _world.pg_map for group in cached):
         groups._release_process_group_references(None)
+    autotp.reset_mode()
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,10 @@ class DeepSpeedZero:
 
     def shard_group_size(self, world_size: int) -> int:
         """For the sanity check: ZeRO 1 and 2 keep every parameter whole on every rank (they
-        partition the optimizer state and the gradients); ZeRO-3 partitions the parameters too."""
+        partition the optimizer state and the gradients); ZeRO-3 partitions the parameters too;
+        AutoTP splits them over its tensor-parallel group."""
+        if autotp.is_autotp(self.case):
+            return autotp.tp_degree(dataclasses.replace(self.case, world_size=world_size))
         return world_size if self.stage == 3 else 1
 
     def held(self, param: torch.Tensor) -> torch.Tensor:
@@ -114,16 +123,20 @@ class DeepSpeedZero:
 
     def config(self) -> dict[str, Any]:
         x, _ = model_class(self.case.model).batch(torch.Generator().manual_seed(0))  # type: ignore[attr-defined]
-        return {
-            "train_micro_batch_size_per_gpu": int(x.shape[0]),
-            "gradient_accumulation_steps": 1,
-            # ZeRO-3 keeps a parameter below stage3_param_persistence_threshold (1e5 elements by
-            # default: every parameter of these tiny models) whole on every rank; 0 partitions all
-            "zero_optimization": {"stage": self.stage}
-            | ({"stage3_param_persistence_threshold": 0} if self.stage == 3 else {}),
-            "zero_allow_untested_optimizer": True,
-            "steps_per_print": 2**31,
-        } | self._precision()
+        return (
+            {
+                "train_micro_batch_size_per_gpu": int(x.shape[0]),
+                "gradient_accumulation_steps": 1,
+                # ZeRO-3 keeps a parameter below stage3_param_persistence_threshold (1e5 elements by
+                # default: every parameter of these tiny models) whole on every rank; 0 partitions all
+                "zero_optimization": {"stage": self.stage}
+                | ({"stage3_param_persistence_threshold": 0} if self.stage == 3 else {}),
+                "zero_allow_untested_optimizer": True,
+                "steps_per_print": 2**31,
+            }
+            | self._precision()
+            | autotp.tensor_parallel_config(self.case)
+        )
 
     def _precision(self) -> dict[str, Any]:
         """The cell's precision as DeepSpeed configures it: a model in bf16 is its "bf16" mode
@@ -160,16 +173,20 @@ class DeepSpeedZero:
         import deepspeed
 
         _as_in_a_fresh_process()
-        groups = [list(group["params"]) for group in state.optim.param_groups]
+        names = {p: n for n, p in state.model.named_parameters()}
+        groups = [[names[p] for p in group["params"]] for group in state.optim.param_groups]
         engine, optimizer, _, scheduler = deepspeed.initialize(
             model=state.model, optimizer=state.optim, lr_scheduler=state.scheduler, config=self.config()
         )
+        autotp.check_groups(self.case, ctx.rank, state.model)
         fp16 = self._fp16()
         if fp16:
             dtypes = {p.dtype for p in engine.module.parameters() if p.is_floating_point()}
             if dtypes != {torch.float16}:
                 raise PrecisionNotInEffect(f"DeepSpeed's fp16 mode left the module's parameters in {dtypes}")
-        view = ZeroView(engine, state.model, groups)
+        # by name: AutoTP replaces the parameters of the layers it splits with their shards
+        view_type = autotp.AutoTpView if autotp.is_autotp(self.case) else ZeroView
+        view = view_type(engine, state.model, autotp.by_name(state.model, groups))
         # fp16: DeepSpeed's own loss scaler, which its checkpoint carries, in the GradScaler's place
         scaler = LossScalerView(engine) if fp16 else None
         return TrainState(state.model, optimizer, scheduler, holders=(view,), engine=engine, scaler=scaler)
@@ -251,7 +268,11 @@ class DeepSpeedUniversal(DeepSpeedZero):
         from deepspeed.checkpoint.ds_to_universal import main as convert_to_universal
 
         engine = state.engine
-        engine.save_checkpoint(str(path), tag=UNIVERSAL_TAG, client_state={UNIVERSAL_CHECKPOINT_INFO: {}})  # type: ignore[union-attr]
+        # AutoTP: the engine writes its own universal-checkpoint info (how each parameter is split
+        # over the tensor-parallel ranks), which this client_state would replace (its AutoTP
+        # tests pass none)
+        client_state = {} if autotp.carries_its_own_info(engine) else {UNIVERSAL_CHECKPOINT_INFO: {}}
+        engine.save_checkpoint(str(path), tag=UNIVERSAL_TAG, client_state=client_state)  # type: ignore[union-attr]
         dist.barrier()
         if ctx.rank == 0:
             convert_to_universal(
@@ -335,7 +356,7 @@ ZERO = RegisteredStrategy(
     requires=(DIST,),
     imports=IMPORTS,
     description="DeepSpeed's engine (deepspeed.initialize with the cell's optimizer and scheduler, ZeRO "
-    "stage 1, 2 or 3, fp32, its bf16 mode or its fp16 mode with its loss scaler): save_checkpoint and load_checkpoint into a fresh engine, as its guide calls them",
+    "stage 1, 2 or 3 or AutoTP over ZeRO-1, fp32, its bf16 mode or its fp16 mode with its loss scaler): save_checkpoint and load_checkpoint into a fresh engine, as its guide calls them",
     skips_on=skips_on,
 )
 

@@ -126,7 +126,7 @@ class CaseCells:
             {
                 dataclasses.replace(c, api=k, variant=v)
                 for configuration in own
-                for c in own_layouts(strategy, configuration)
+                for c in own_layouts(strategy, configuration, profile)
                 for k in self.kinds
                 for v in variants
             }
@@ -174,7 +174,7 @@ class ReshardCells:
         configurations = {
             own
             for save, _ in self._pairs(profile) | declared
-            for own in own_layouts(strategy, dataclasses.replace(save, world_size=1))
+            for own in own_layouts(strategy, dataclasses.replace(save, world_size=1), profile)
         }
         out: set[Transfer] = set()
         for case in configurations:

@@ -69,6 +69,9 @@ class Layout:
     materialize: Materialize = Materialize.AFTER_WRAP
     # transfers saved in this layout whose load must raise by design (matched on Transfer.axes())
     load_refusals: tuple[Refusal, ...] = ()
+    # a registered strategy's own layout (Supports.layouts): the matrix declarations whose cells it
+    # takes (conformance.matrix.profiles: "ci", "default", "full"); None: every one
+    declarations: tuple[str, ...] | None = None
 
     @property
     def key(self) -> tuple[str, str]:

@@ -171,12 +171,21 @@ class RegisteredStrategy:
         return undeclared
 
 
-def own_layouts(strategy: RegisteredStrategy, case: Case) -> list[Case]:
+def own_layouts(strategy: RegisteredStrategy, case: Case, declaration: str = "") -> list[Case]:
     """The case, and when it is the data-parallel configuration, the same cell in each layout
-    the strategy brings itself (Supports.layouts)."""
+    the strategy brings itself (Supports.layouts) that takes the cells of the matrix declaration
+    (a registered Layout's `declarations`; "": every layout)."""
+    from conformance.layout.registry import layout_of
+
     if (case.wrapper, case.sharding) != DATA_PARALLEL:
         return [case]
-    return [case] + [dataclasses.replace(case, wrapper=w, sharding=s) for w, s in strategy.supports.layouts]
+    layouts = [dataclasses.replace(case, wrapper=w, sharding=s) for w, s in strategy.supports.layouts]
+    taken = [c for c in layouts if _takes(layout_of(c).declarations, declaration)]
+    return [case, *taken]
+
+
+def _takes(declarations: tuple[str, ...] | None, declaration: str) -> bool:
+    return declarations is None or not declaration or declaration in declarations
 
 
 @dataclass
