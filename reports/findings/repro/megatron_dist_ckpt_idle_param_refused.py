@@ -13,7 +13,10 @@ first (megatron/core/optimizer/__init__.py: zero exp_avg / exp_avg_sq for every 
 state; a closure, copied here), the same template, then dist_checkpointing.load(template, dir).
 The save wrote no exp_avg for the idle parameter; the template asks for one, and the load raises
 KeyError "optimizer.state.exp_avg.idle.weight from model not in state dict" (strategies/torch.py
-_validate_global_shapes). One process, world size 1, gloo, CPU; torch and megatron-core only.
+_validate_global_shapes) under load's default strict=StrictHandling.ASSUME_OK_UNEXPECTED
+(strict="log_unexpected" loads it, the idle parameter without state as saved). Megatron's own
+DDP hands every parameter a main_grad, so its training steps them all; a torch optimizer outside
+it (torch DDP, no wrapper) keeps no state for an unused parameter. One process, world size 1, gloo, CPU; torch and megatron-core only.
 Where CUDA is absent, the only change: torch.cuda.synchronize is a no-op and
 torch.cuda.current_device() returns "cpu" (Megatron's torch_dist save calls both).
 Exit 1 + "BUG PRESENT" while the load raises that KeyError (inside DCP's CheckpointException),
