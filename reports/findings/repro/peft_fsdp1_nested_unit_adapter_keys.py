@@ -12,6 +12,8 @@ leading `_fsdp_wrapped_module.`; a LoRA layer inside the nested unit is named
 `base_model.model.block._fsdp_wrapped_module.linear1`, which matches none of the full state dict's
 clean keys, so its lora_A / lora_B are not written. The root's `head` is written. The expected
 keys: get_peft_model_state_dict of the same PeftModel unwrapped.
+Seen on peft 0.21.0, 0.21.1, 0.21.2 (torch 2.13.0+cpu); peft 0.20.0 (key-name based) and 0.22.0
+(utils/integrations.py remove_torch_wrapper_names: the wrapper names dropped at any depth) write all.
 One process, world size 1 (enough: the names come from the wrapping, not the sharding), gloo, CPU.
 Exit 1 + "BUG PRESENT" if an expected key is missing from the file, 0 if the file holds them all.
 """
