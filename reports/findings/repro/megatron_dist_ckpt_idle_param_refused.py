@@ -16,7 +16,8 @@ KeyError "optimizer.state.exp_avg.idle.weight from model not in state dict" (str
 _validate_global_shapes) under load's default strict=StrictHandling.ASSUME_OK_UNEXPECTED
 (strict="log_unexpected" loads it, the idle parameter without state as saved). Megatron's own
 DDP hands every parameter a main_grad, so its training steps them all; a torch optimizer outside
-it (torch DDP, no wrapper) keeps no state for an unused parameter. One process, world size 1, gloo, CPU; torch and megatron-core only.
+it (torch DDP, no wrapper) keeps no state for an unused parameter.
+One process, world size 1, gloo, CPU; torch and megatron-core only.
 Where CUDA is absent, the only change: torch.cuda.synchronize is a no-op and
 torch.cuda.current_device() returns "cpu" (Megatron's torch_dist save calls both).
 Exit 1 + "BUG PRESENT" while the load raises that KeyError (inside DCP's CheckpointException),
