@@ -68,7 +68,7 @@ LIBRARY_PACKAGES: dict[str, Library] = {
     # requirements install. It requires torch>=2.8 (async save >=2.9); tried with torch 2.13 only
     "nemo-automodel": Library("nemo-automodel==0.7.0", (2, 13), no_deps=True),
     # megatron-core requires torch>=2.6, numpy, packaging (its extras pull TE, apex-like CUDA stacks:
-    # not installed); megatron-fsdp torch, einops, packaging. Installed and run beside torch 2.13 only
+    # not installed); megatron-fsdp torch, einops, packaging. Installed and run beside torch 2.13 and 2.15
     "megatron-core": Library("megatron-core==0.16.1", (2, 13)),
     "megatron-fsdp": Library("megatron-fsdp==0.6.1", (2, 13)),
     # its CPU backend's shared-memory op prebuilt (conformance/adapters/deepspeed.py)
