@@ -114,3 +114,20 @@ def test_a_missing_shard_of_files_that_hold_nothing_is_unsupported(tmp_path: Pat
     assert (tmp_path / "__1_0.distcp").exists()
     (tmp_path / "__1_0.distcp").write_bytes(b"rank 1's part")
     assert damage(tmp_path, "missing_shard", storage, 2) == "deleted __1_0.distcp"
+
+
+def test_a_missing_shard_of_a_rank_that_wrote_no_file_is_unsupported(tmp_path: Path) -> None:
+    """A rank that wrote no file at all (Megatron's torch_dist under DDP: every tensor's main
+    replica on rank 0) has nothing to delete: unsupported, never a harness error; a storage whose
+    names match none of its files at all is still the storage's wrong declaration."""
+    from conformance.check.corrupt import DamageDoesNotApply, damage
+    from conformance.strategy.storage.own import OwnFormat
+
+    storage = OwnFormat("lowest_rank_dcp", damage=("missing_shard",), rank_file="__{rank}_*.distcp")
+    (tmp_path / "__0_0.distcp").write_bytes(b"tensor bytes")
+    (tmp_path / ".metadata").write_bytes(b"index")
+    with pytest.raises(DamageDoesNotApply, match="rank 1 wrote no file"):
+        damage(tmp_path, "missing_shard", storage, 2)
+    wrong = OwnFormat("wrong_names", damage=("missing_shard",), rank_file="shard-{rank}.pt")
+    with pytest.raises(FileNotFoundError, match="names no file for missing_shard"):
+        damage(tmp_path, "missing_shard", wrong, 2)

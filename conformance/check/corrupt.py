@@ -57,6 +57,12 @@ class DamageDoesNotApply(ValueError):
     fail vacuously, so it is unsupported for that format, saying why."""
 
 
+def _other_ranks_wrote(storage: Storage, directory: Path, world_size: int) -> bool:
+    """Whether the storage's own names for a rank's files match some other rank's files (so that
+    they are right, and a rank without a match wrote nothing)."""
+    return any(storage.rank_files(directory, rank) for rank in range(world_size - 1))
+
+
 def damage(directory: Path, variant: str, storage: Storage, world_size: int) -> str:
     """Damage the checkpoint in place, where the storage says its parts are; returns what was
     done, for the detail."""
@@ -80,7 +86,13 @@ def damage(directory: Path, variant: str, storage: Storage, world_size: int) -> 
             if variant == "missing_shard"
             else storage.metadata_files(directory)
         )
-        if not victims:
+        if not victims and variant == "missing_shard" and _other_ranks_wrote(storage, directory, world_size):
+            raise DamageDoesNotApply(
+                f"rank {world_size - 1} wrote no file ({[p.name for p in written]} are the other ranks'): "
+                f"{storage.name} keeps no part of the checkpoint on that rank (replicated state written "
+                "by another rank), so there is nothing of it to delete"
+            )
+        if not victims:  # the storage's names match nothing it wrote: its declaration is wrong
             raise FileNotFoundError(
                 f"{storage.name} names no file for {variant} in {[p.name for p in written]}"
             )
