@@ -27,6 +27,7 @@ import torch
 from conformance.case import Case
 from conformance.check.base import CaseCells, Check, Feature, Under
 from conformance.check.compare import compare_states
+from conformance.check.fused_cells import HYGIENE_FUSED_SLICE
 from conformance.check.phases import PhaseError, Phases, observed_of
 from conformance.check.roundtrip import StrategyFactory, limit_lines
 from conformance.check.slices import LAYOUT_WRAPPERS, MAIN_WRAPPERS, MODELS, PP_FSDP_WRAPPERS, Slice
@@ -231,11 +232,13 @@ CHECK = Check(
                 (HYGIENE_MODELS_SLICE, (2,)),
                 (HYGIENE_LAYOUT_SLICE, (2,)),
                 (HYGIENE_PP_FSDP_SLICE, (4,)),
+                (HYGIENE_FUSED_SLICE, (2,)),
             ),
             "full": (
                 (HYGIENE_SLICE, (1, 2, 4)),
                 (HYGIENE_LAYOUT_SLICE, (2, 4)),
                 (HYGIENE_PP_FSDP_SLICE, (4,)),
+                (HYGIENE_FUSED_SLICE, (2, 4)),
             ),
         },
     ),

@@ -27,6 +27,7 @@ from conformance.check.construction_cells import (
     built_on_rank0_uninitialised,
     by_constructor,
 )
+from conformance.check.fused_cells import RESUME_FUSED_SLICE
 from conformance.check.phases import PhaseError, Phases, observed_of
 from conformance.check.roundtrip import (
     StrategyFactory,
@@ -236,6 +237,7 @@ CHECK = Check(
                 (RESUME_PP_FSDP_SLICE, (4,)),
                 (RESUME_META_SLICE, (2,)),
                 (RESUME_RANK0_SLICE, (2,)),
+                (RESUME_FUSED_SLICE, (2,)),
             ),
             "full": (
                 (RESUME_SLICE, (1, 2, 4)),
@@ -247,6 +249,7 @@ CHECK = Check(
                 (RESUME_PP_FSDP_SLICE, (4,)),
                 (RESUME_META_SLICE, (1, 2, 4)),
                 (RESUME_RANK0_SLICE, (2, 4)),
+                (RESUME_FUSED_SLICE, (2, 4)),
             ),
         }
     ),
