@@ -40,6 +40,7 @@ failure flag in `torch.tensor(..., device=torch.cuda.current_device())` (state_d
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -270,13 +271,11 @@ MEGATRON_DIST_CKPT = RegisteredStrategy(
     "optimizer through optim_state_to_sharding_state, the scheduler in the common state; "
     "dist_checkpointing.load into the fresh state's template" + SHIM,
 )
-MEGATRON_DIST_CKPT_FULLY_PARALLEL = RegisteredStrategy(
+# the same row through Megatron's fully-parallel strategy wrappers
+MEGATRON_DIST_CKPT_FULLY_PARALLEL = dataclasses.replace(
+    MEGATRON_DIST_CKPT,
     name="megatron_dist_ckpt_fully_parallel",
     factory=fully_parallel,
-    supports=SUPPORTS,
-    storage=STORAGE,
-    requires=(DIST,),
-    imports=IMPORTS,
     description="megatron_dist_ckpt through FullyParallelSaveStrategyWrapper and "
     "FullyParallelLoadStrategyWrapper over the world (exchange_algo gather_object on gloo: its "
     "default exchanges put tensors on cuda)" + SHIM,
